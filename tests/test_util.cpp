@@ -1,0 +1,68 @@
+#include "test_util.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace power::testing {
+
+std::string shared_dir() {
+  if (const char* env = std::getenv("POWER_SHARED_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return std::string(POWER_SOURCE_DIR) + "/../shared";
+}
+
+bool shared_available() {
+  return std::filesystem::exists(shared_dir() + "/fixtures/README.md");
+}
+
+bool running_in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::strcmp(ci, "true") == 0;
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  std::random_device rd;
+  auto base = std::filesystem::temp_directory_path();
+  for (int i = 0; i < 100; ++i) {
+    auto p = base / (prefix + "-" + std::to_string(rd()));
+    std::error_code ec;
+    if (std::filesystem::create_directory(p, ec)) return p.string();
+  }
+  ADD_FAILURE() << "cannot create a temporary directory";
+  return base.string();
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    ADD_FAILURE() << "cannot read " << path;
+    return {};
+  }
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+template <typename T>
+static std::vector<T> read_as(const std::string& path) {
+  auto bytes = read_bytes(path);
+  if (bytes.size() % sizeof(T) != 0) {
+    ADD_FAILURE() << path << ": size " << bytes.size() << " is not a multiple of " << sizeof(T);
+    return {};
+  }
+  std::vector<T> out(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+std::vector<float> read_f32(const std::string& path) { return read_as<float>(path); }
+std::vector<double> read_f64(const std::string& path) { return read_as<double>(path); }
+
+}  // namespace power::testing
