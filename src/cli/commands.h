@@ -1,0 +1,16 @@
+// The `power` command's subcommands. Each group lives in its own cmd_*.cpp and registers its
+// subcommands on the CLI11 app; main.cpp calls every add_* in one visible place.
+// A subcommand's callback sets the process exit code through set_exit_code().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace power::cli {
+
+void set_exit_code(int code);
+int exit_code();
+
+void add_inspect_commands(CLI::App& app);   // inspect, tensor
+void add_quantize_commands(CLI::App& app);  // quantize
+
+}  // namespace power::cli
