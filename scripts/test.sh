@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian bookworm machine: installs packages, checks
+# formatting, builds, runs the hostile-input tests under ASan+UBSan, runs the GGUF fuzzer for a
+# bounded time, then runs every test with ctest (whose summary ends the output).
+#   POWER_FUZZ_SECONDS   seconds per fuzz target (default 60; 0 skips fuzzing)
+#   POWER_SKIP_SANITIZE  set to 1 to skip the sanitizer stage (local iteration only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+declare -a stage_names=() stage_secs=()
+stage() {  # stage NAME COMMAND...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== stage: $name"
+  "$@"
+  stage_names+=("$name"); stage_secs+=($((SECONDS - t0)))
+  echo "=== stage: $name took $((SECONDS - t0)) s"
+}
+
+stage setup bash scripts/setup.sh
+stage format bash scripts/check_format.sh
+stage build bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null \
+  && cmake --build build -j$jobs"
+
+if [[ "${POWER_SKIP_SANITIZE:-0}" != 1 ]]; then
+  stage sanitize bash -c "cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DPOWER_SANITIZE=ON -DPOWER_WITH_STORE=OFF >/dev/null \
+    && cmake --build build-asan -j$jobs \
+    && ctest --test-dir build-asan -L hostile -j$jobs --output-on-failure"
+fi
+
+fuzz_seconds=${POWER_FUZZ_SECONDS:-60}
+if [[ "$fuzz_seconds" != 0 ]]; then
+  stage fuzz bash scripts/fuzz.sh "$fuzz_seconds"
+fi
+
+echo "=== stage times (s):"
+for i in "${!stage_names[@]}"; do echo "    ${stage_names[$i]}: ${stage_secs[$i]}"; done
+echo "=== stage: ctest (all tests)"
+ctest --test-dir build -j"$jobs" --output-on-failure
