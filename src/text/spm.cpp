@@ -40,24 +40,15 @@ struct CandidateOrder {
 
 }  // namespace
 
-void spm_encode(const TokenizerImpl& v, std::string_view text, bool add_prefix,
-                std::vector<TokenId>& out) {
-  std::string s;
-  s.reserve(text.size() + 3);
-  if (add_prefix) s.append(kSpaceMark);
-  for (char c : text) {
-    if (c == ' ') {
-      s.append(kSpaceMark);
-    } else {
-      s.push_back(c);
-    }
-  }
-  if (s.empty()) return;
+namespace {
 
+// Runs the merges over the characters of one segment, appending its tokens.
+void encode_segment(const TokenizerImpl& v, std::string_view s, std::vector<Symbol>& symbols,
+                    std::priority_queue<Candidate, std::vector<Candidate>, CandidateOrder>& queue,
+                    std::vector<TokenId>& out) {
   // One symbol per character; a malformed byte is a symbol of its own (it can never merge,
   // since vocabulary pieces are well-formed, and ends up as its byte token).
-  std::vector<Symbol> symbols;
-  symbols.reserve(s.size());
+  symbols.clear();
   for (size_t pos = 0; pos < s.size();) {
     size_t len = utf8_sequence_length(s, pos);
     if (len == 0) len = 1;
@@ -66,13 +57,13 @@ void spm_encode(const TokenizerImpl& v, std::string_view text, bool add_prefix,
                        pos + len < s.size() ? index + 1 : -1});
     pos += len;
   }
+  if (symbols.empty()) return;
 
-  std::priority_queue<Candidate, std::vector<Candidate>, CandidateOrder> queue;
   auto consider = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const Symbol& l = symbols[left];
     const Symbol& r = symbols[right];
-    const TokenId id = v.find(std::string_view(s).substr(l.start, l.len + r.len));
+    const TokenId id = v.find(s.substr(l.start, l.len + r.len));
     if (id == kNoToken) return;
     queue.push({v.tokens[id].score, left, right, l.len, r.len});
   };
@@ -97,7 +88,7 @@ void spm_encode(const TokenizerImpl& v, std::string_view text, bool add_prefix,
 
   for (int32_t i = 0; i >= 0; i = symbols[i].next) {
     const Symbol& sym = symbols[i];
-    const std::string_view piece = std::string_view(s).substr(sym.start, sym.len);
+    const std::string_view piece = s.substr(sym.start, sym.len);
     const TokenId id = v.find(piece);
     if (id != kNoToken) {
       out.push_back(id);
@@ -112,6 +103,46 @@ void spm_encode(const TokenizerImpl& v, std::string_view text, bool add_prefix,
       }
     }
   }
+}
+
+}  // namespace
+
+void spm_encode(const TokenizerImpl& v, std::string_view text, bool add_prefix,
+                std::vector<TokenId>& out) {
+  std::string s;
+  s.reserve(text.size() + 3);
+  if (add_prefix) s.append(kSpaceMark);
+  for (char c : text) {
+    if (c == ' ') {
+      s.append(kSpaceMark);
+    } else {
+      s.push_back(c);
+    }
+  }
+
+  std::vector<Symbol> symbols;
+  std::priority_queue<Candidate, std::vector<Candidate>, CandidateOrder> queue;
+  if (!v.spm_words_split_at_space) {
+    encode_segment(v, s, symbols, queue, out);
+    return;
+  }
+  // Every merged symbol is a vocabulary piece, and no piece of this vocabulary has U+2581
+  // after another character; so no merge can join a character to a U+2581 that follows it.
+  // Cutting there gives independent segments (words with their leading U+2581s), and merging
+  // each one alone keeps the same order of merges inside it -- the same result as one run
+  // over the whole text, without a heap as large as the text.
+  const std::string_view all = s;
+  size_t begin = 0;
+  for (size_t pos = 1; pos < all.size(); ++pos) {
+    if (all.compare(pos, kSpaceMark.size(), kSpaceMark) != 0) continue;
+    if (pos >= kSpaceMark.size() &&
+        all.compare(pos - kSpaceMark.size(), kSpaceMark.size(), kSpaceMark) == 0) {
+      continue;  // inside a run of U+2581
+    }
+    encode_segment(v, all.substr(begin, pos - begin), symbols, queue, out);
+    begin = pos;
+  }
+  encode_segment(v, all.substr(begin), symbols, queue, out);
 }
 
 }  // namespace power::text

@@ -380,6 +380,17 @@ Result<std::unique_ptr<TokenizerImpl>> build_vocab(const TokenizerSpec& spec) {
     }
   }
 
+  if (v->model == TokenizerModel::kSpm) {
+    v->spm_words_split_at_space = true;
+    for (const TokenData& t : v->tokens) {
+      std::string_view rest = t.text;
+      while (rest.starts_with(kSpaceMark)) rest.remove_prefix(kSpaceMark.size());
+      if (rest.find(kSpaceMark) != std::string_view::npos) {
+        v->spm_words_split_at_space = false;
+        break;
+      }
+    }
+  }
   if (v->model == TokenizerModel::kWpm) {
     bool has_space_mark = false;
     bool has_hash = false;

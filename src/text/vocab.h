@@ -60,6 +60,8 @@ struct TokenizerImpl {
   bool ignore_merges = false;
   bool clean_spaces = false;
   bool wpm_hash_continuations = false;  // BERT form: "##" marks continuations
+  // SPM: no piece has U+2581 after another character, so words can be merged one at a time.
+  bool spm_words_split_at_space = false;
   size_t max_token_bytes = 0;
 
   // Tokens matched inside text before tokenizing (control, user-defined, unknown), longest

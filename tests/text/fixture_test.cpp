@@ -159,6 +159,30 @@ TEST(PeerVocab, BertDecodeIsNormalizedText) {
   EXPECT_EQ(*tok->decode(ids, {.render_special = true}), "[CLS] hello , world ! fuhrer cafe [SEP]");
 }
 
+// SPM merges word by word when no piece has U+2581 after another character (llama-spm has
+// none). Adding one such piece (that never occurs) forces one merge run over the whole text:
+// the ids must not change.
+TEST(PeerVocab, SpmWordByWordEqualsWholeText) {
+  POWER_REQUIRE_SHARED();
+  const std::string base = shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf";
+  auto file = GgufFile::open(base);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto spec = tokenizer_spec_from_gguf(**file);
+  ASSERT_TRUE(spec.ok());
+  auto by_word = Tokenizer::create(*spec);
+  spec->tokens.push_back("\x01\xE2\x96\x81\x01");
+  spec->scores.push_back(0.0f);
+  spec->token_types.push_back(1);
+  auto whole = Tokenizer::create(*spec);
+  ASSERT_TRUE(by_word.ok() && whole.ok());
+  std::string all;
+  for (const std::string& s : split_inputs(read_text(base + ".inp"))) {
+    all += s + " ";
+    EXPECT_EQ((*by_word)->encode(s), (*whole)->encode(s)) << s;
+  }
+  EXPECT_EQ((*by_word)->encode(all), (*whole)->encode(all));
+}
+
 class Stories260KTest : public ::testing::Test {
  protected:
   void SetUp() override {
