@@ -65,6 +65,10 @@ class StagingWriter {
   // Opens the staging file; with keep_prefix, hashes what it already holds.
   Status open(bool keep_prefix) {
     fd_ = UniqueFd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!fd_.valid() && errno == EACCES && ::chmod(path_.c_str(), 0644) == 0) {
+      // Made read-only by a commit that was interrupted before its rename.
+      fd_ = UniqueFd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    }
     if (!fd_.valid()) return io_error("cannot open staging file", errno);
     if (!keep_prefix) return restart();
     std::vector<uint8_t> buf(kCopyChunkBytes);
@@ -535,8 +539,9 @@ FetchResult copy_local_file(const std::string& path, const std::string& staging_
                             const FetchOptions& options) {
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) {
-    Status st = errno_error("cannot open source file", path, errno);
-    if (errno == ENOENT) st = Status(StatusCode::kNotFound, "no such file").with("path", path);
+    const int err = errno;
+    Status st = err == ENOENT ? Status(StatusCode::kNotFound, "no such file").with("path", path)
+                              : errno_error("cannot open source file", path, err);
     return from_error(std::move(st), false, true);
   }
   struct stat st {};
