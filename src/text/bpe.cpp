@@ -63,7 +63,7 @@ void encode_word(const TokenizerImpl& v, std::string_view word, Scratch& scratch
     std::string& enc = scratch.encoded;
     enc.clear();
     for (char c : word) utf8_append(enc, byte_to_unicode(static_cast<uint8_t>(c)));
-    if (TokenId id = v.find(enc); id != kNoToken) {
+    if (TokenId id = v.find_text_piece(enc); id != kNoToken) {
       out.push_back(id);
       return;
     }

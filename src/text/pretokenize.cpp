@@ -345,10 +345,6 @@ constexpr PreTokenizerInfo llama3_info() {
   i.add_bos = true;
   return i;
 }
-constexpr PreTokenizerInfo no_bos(PreTokenizerInfo i) {
-  i.no_default_bos = true;
-  return i;
-}
 
 using K = PreTokenizerKind;
 constexpr NamedPre kPreTokenizers[] = {
@@ -359,7 +355,7 @@ constexpr NamedPre kPreTokenizers[] = {
     {"falcon3", llama3_info()},
     {"dbrx", info(K::kLlama3)},
     {"smaug-bpe", info(K::kLlama3)},
-    {"chatglm-bpe", no_bos(info(K::kLlama3))},
+    {"chatglm-bpe", info(K::kLlama3)},
     {"deepseek-llm", info(K::kDeepseekLlm, false)},
     {"deepseek-coder", info(K::kDeepseekCoder, false)},
     {"falcon", info(K::kFalcon)},

@@ -40,7 +40,6 @@ struct PreTokenizerInfo {
   bool ignore_merges = false;  // a word that is itself a token skips the merges
   bool add_bos = false;
   bool clean_spaces = true;  // decode may remove spaces before punctuation
-  bool no_default_bos = false;
 };
 
 // nullopt for a name Power does not implement.

@@ -63,7 +63,7 @@ void encode_segment(const TokenizerImpl& v, std::string_view s, std::vector<Symb
     if (left < 0 || right < 0) return;
     const Symbol& l = symbols[left];
     const Symbol& r = symbols[right];
-    const TokenId id = v.find(s.substr(l.start, l.len + r.len));
+    const TokenId id = v.find_text_piece(s.substr(l.start, l.len + r.len));
     if (id == kNoToken) return;
     queue.push({v.tokens[id].score, left, right, l.len, r.len});
   };
@@ -89,7 +89,7 @@ void encode_segment(const TokenizerImpl& v, std::string_view s, std::vector<Symb
   for (int32_t i = 0; i >= 0; i = symbols[i].next) {
     const Symbol& sym = symbols[i];
     const std::string_view piece = s.substr(sym.start, sym.len);
-    const TokenId id = v.find(piece);
+    const TokenId id = v.find_text_piece(piece);
     if (id != kNoToken) {
       out.push_back(id);
       continue;

@@ -17,6 +17,7 @@
 // Special tokens: control tokens (BOS, EOS, <|im_end|>, ...) and unknown-type tokens are
 // recognised inside the text only with EncodeOptions::parse_special; user-defined tokens are
 // always matched first (as HuggingFace and llama.cpp do). Longer tokens are matched first.
+// Plain text never becomes a control, unknown or <0xNN> token through merges either.
 //
 // Malformed UTF-8 in the input (policy; see utf8.h for the exact definition):
 //  * SPM: each malformed byte becomes its own piece and is written as its <0xNN> byte token,
@@ -24,11 +25,13 @@
 //  * BPE and WPM: each malformed byte is replaced by U+FFFD before tokenizing (BPE then
 //    encodes U+FFFD's three bytes; WPM drops U+FFFD like other unprintable characters).
 //
-// Decoding: decode() is the exact inverse of encode() on valid UTF-8 for SPM and BPE (the
-// space prefix SPM added at the start and after special tokens is removed again). WordPiece
-// is lossy (lowercase, accents, whitespace, " , "). decode() returns raw bytes, which need
-// not be valid UTF-8 (a byte token alone is half a character); StreamingDetokenizer returns
-// only complete characters.
+// Decoding: decode() is the exact inverse of encode() for SPM (any bytes) and BPE (valid
+// UTF-8); the space prefix SPM added at the start and after special tokens is removed again.
+// Exceptions: U+2581 in SPM input decodes as a space (it is SPM's space mark), and special
+// tokens with strip attributes (Phi-3's) swallow the whitespace next to them. WordPiece is
+// lossy (lowercase, accents, whitespace, " , "). decode() returns raw bytes, which need not
+// be valid UTF-8 (a byte token alone is half a character); StreamingDetokenizer returns only
+// complete characters.
 //
 // Thread-safety: a Tokenizer is immutable after creation; encode/decode may run concurrently.
 // A StreamingDetokenizer holds per-stream state: one thread at a time.

@@ -79,6 +79,13 @@ struct TokenizerImpl {
     return it == index.end() ? kNoToken : it->second;
   }
   bool valid(TokenId id) const { return id >= 0 && static_cast<size_t>(id) < tokens.size(); }
+  // A token that plain text may turn into: not control, unknown or byte-fallback. Keeps
+  // "<s>" typed by a user from becoming BOS through merges (as in sentencepiece).
+  TokenId find_text_piece(std::string_view text) const {
+    const TokenId id = find(text);
+    if (id == kNoToken) return kNoToken;
+    return (tokens[id].attr & (kAttrControl | kAttrUnknown | kAttrByte)) ? kNoToken : id;
+  }
 };
 
 Result<std::unique_ptr<TokenizerImpl>> build_vocab(const TokenizerSpec& spec);

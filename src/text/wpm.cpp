@@ -67,7 +67,7 @@ void wpm_encode(const TokenizerImpl& v, std::string_view text, std::vector<Token
           key.append(piece);
           piece = key;
         }
-        const TokenId id = v.find(piece);
+        const TokenId id = v.find_text_piece(piece);
         if (id != kNoToken) {
           out.push_back(id);
           i = j;
