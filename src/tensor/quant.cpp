@@ -72,7 +72,10 @@ const TypeKernels* find_kernels(GgmlType type) {
   return nullptr;
 }
 
-// Number of blocks in n elements, or an error naming the type.
+}  // namespace
+
+namespace quant {
+
 Result<int64_t> block_count(GgmlType type, int64_t n) {
   const GgmlTypeInfo& info = ggml_type_info(type);
   if (n < 0 || n % info.block_elems != 0) {
@@ -83,12 +86,20 @@ Result<int64_t> block_count(GgmlType type, int64_t n) {
   return n / static_cast<int64_t>(info.block_elems);
 }
 
-Status unsupported(GgmlType type, const char* what) {
+Status unsupported_type(GgmlType type, const char* what) {
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  if (!info) {
+    return make_error(StatusCode::kUnsupported, "{} is not supported for unknown ggml type id {}",
+                      what, static_cast<uint32_t>(type));
+  }
   return make_error(StatusCode::kUnsupported, "{} is not supported for ggml type {}", what,
-                    ggml_type_name(type));
+                    info->name);
 }
 
-}  // namespace
+}  // namespace quant
+
+using quant::block_count;
+using quant::unsupported_type;
 
 bool dequantize_supported(GgmlType type) {
   return find_kernels(type) != nullptr;
@@ -99,7 +110,7 @@ bool quantize_supported(GgmlType type) {
 
 Status dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   const TypeKernels* k = find_kernels(type);
-  if (k == nullptr) return unsupported(type, "dequantization");
+  if (k == nullptr) return unsupported_type(type, "dequantization");
   POWER_ASSIGN_OR_RETURN(const int64_t nb, block_count(type, n));
   k->dequant(static_cast<const uint8_t*>(src), dst, nb);
   return Status();
@@ -107,7 +118,7 @@ Status dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
 
 Status quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
   const TypeKernels* k = find_kernels(type);
-  if (k == nullptr) return unsupported(type, "quantization");
+  if (k == nullptr) return unsupported_type(type, "quantization");
   POWER_ASSIGN_OR_RETURN(const int64_t nb, block_count(type, n));
   if (!k->float_type) {
     for (int64_t i = 0; i < n; ++i) {
@@ -165,7 +176,7 @@ Result<GgmlType> vec_dot_activation_type(GgmlType weight_type) {
     case GgmlType::IQ4_XS:
       return GgmlType::Q8_K;
     default:
-      return unsupported(weight_type, "vec_dot");
+      return unsupported_type(weight_type, "vec_dot");
   }
 }
 
@@ -185,7 +196,7 @@ Status quantize_activation_row(GgmlType act_type, const float* src, void* dst, i
     case GgmlType::Q8_K:
       return quantize_row_q8_K(src, dst, n);
     default:
-      return unsupported(act_type, "activation quantization");
+      return unsupported_type(act_type, "activation quantization");
   }
 }
 

@@ -12,9 +12,10 @@
 // * Errors: n not a multiple of the block size, n < 0 -> kInvalidArgument; a type without an
 //   implementation -> kUnsupported naming the type. Nothing here aborts on bad data.
 // * Non-finite values. Dequantization is plain IEEE arithmetic on the stored scales (an inf or
-//   NaN f16 scale gives inf/NaN outputs, as in the peer; use a validator to reject such files).
-//   quantize_row rejects NaN/inf input with kInvalidArgument (the peer's quantizers have no
-//   defined result for them), except F16/BF16 which convert them (half.h). The activation
+//   NaN f16 scale gives inf/NaN outputs, as in the peer; rejecting such files is the loader's
+//   job). quantize_row rejects NaN/inf input with kInvalidArgument naming the index (the peer's
+//   quantizers have no defined result for them), except F32/F16/BF16 which store or convert
+//   them (half.h). The activation
 //   quantizers never fail on values: they reproduce x86 conversion semantics (NaN or
 //   out-of-range -> -128 after saturation), so a blown-up activation gives garbage, not UB.
 // * Dot products are references for the SIMD kernels: see vec_dot() below.
@@ -59,10 +60,13 @@ Result<GgmlType> vec_dot_activation_type(GgmlType weight_type);
 Status quantize_activation_row(GgmlType act_type, const float* src, void* dst, int64_t n);
 
 // Scalar reference dot product of one weight row (n elements of `weight_type`) with one
-// activation row already in vec_dot_activation_type(weight_type). It follows the peer's x86
-// (AVX2) vec_dot: integer block sums are exact, and the float accumulation is done in the same
-// grouping and order with fused multiply-adds where the peer uses them, so for the fixture
-// types the result equals the peer's `vec_dot` bit for bit (see tests/tensor/).
+// activation row already in vec_dot_activation_type(weight_type). It reproduces the peer's
+// x86-64 vec_dot: for the quantized types the AVX2 kernels (also what AVX-512 machines run):
+// exact integer sums in 8 lanes, then the same float steps in the same order, fused where the
+// peer fuses; for F16/BF16/F32 the AVX-512 build of the fixture machine (4 x 16 FMA lanes;
+// BF16 with the AVX512-BF16 pair instruction, denormals flushed). On the fixtures this equals
+// the peer's result bit for bit for all 14 types (F32 has no fixture). It is the reference
+// the SIMD kernels are tested against; it is not fast.
 Result<float> vec_dot(GgmlType weight_type, const void* weight_row, const void* act_row, int64_t n);
 
 }  // namespace power

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/status.h"
+#include "format/ggml_types.h"
 #include "tensor/half.h"
 
 namespace power::quant {
@@ -186,6 +188,12 @@ inline int iq4_nearest_level(float v) {
   }
   return v - kIQ4Levels[hi - 1] < kIQ4Levels[hi] - v ? hi - 1 : hi;
 }
+
+// ---- argument checks shared by quant.cpp and vec_dot.cpp ----
+// Blocks in n elements of `type` (a known type), or kInvalidArgument naming the type.
+Result<int64_t> block_count(GgmlType type, int64_t n);
+// kUnsupported naming the type (or its raw id when the value is not a ggml type at all).
+Status unsupported_type(GgmlType type, const char* what);
 
 // ---- per-type kernels (nb = number of blocks) ----
 void dequant_q4_0(const uint8_t* src, float* dst, int64_t nb);

@@ -248,13 +248,11 @@ float dot_bf16(const uint8_t* w, const uint8_t* a, int64_t n) {
 
 Result<float> vec_dot(GgmlType weight_type, const void* weight_row, const void* act_row,
                       int64_t n) {
-  const GgmlTypeInfo& info = ggml_type_info(weight_type);
-  if (n < 0 || n % info.block_elems != 0) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "{}: element count {} is not a non-negative multiple of the block size {}",
-                      info.name, n, info.block_elems);
+  // Unknown types first: block_count needs a type the table knows.
+  if (!vec_dot_activation_type(weight_type).ok()) {
+    return quant::unsupported_type(weight_type, "vec_dot");
   }
-  const int64_t nb = n / static_cast<int64_t>(info.block_elems);
+  POWER_ASSIGN_OR_RETURN(const int64_t nb, quant::block_count(weight_type, n));
   const auto* w = static_cast<const uint8_t*>(weight_row);
   const auto* a = static_cast<const uint8_t*>(act_row);
   using namespace quant;
@@ -290,8 +288,7 @@ Result<float> vec_dot(GgmlType weight_type, const void* weight_row, const void* 
     case GgmlType::IQ4_XS:
       return dot_iq4_xs(w, a, nb);
     default:
-      return make_error(StatusCode::kUnsupported, "vec_dot is not supported for ggml type {}",
-                        ggml_type_name(weight_type));
+      return quant::unsupported_type(weight_type, "vec_dot");
   }
 }
 

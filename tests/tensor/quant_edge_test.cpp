@@ -92,6 +92,14 @@ TEST(QuantEdge, UnsupportedTypesAreNamed) {
   EXPECT_EQ(vec_dot_activation_type(GgmlType::I32).status().code(), StatusCode::kUnsupported);
   EXPECT_EQ(quantize_activation_row(GgmlType::Q4_0, f.data(), bytes.data(), 256).code(),
             StatusCode::kUnsupported);
+  // A value that is no ggml type at all (id 4 was Q4_2, retired) is an error, not an abort.
+  const auto retired = static_cast<GgmlType>(4);
+  EXPECT_FALSE(dequantize_supported(retired));
+  s = dequantize_row(retired, bytes.data(), f.data(), 32);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(contains(s.message(), "id 4")) << s.message();
+  EXPECT_EQ(vec_dot(retired, bytes.data(), bytes.data(), 32).status().code(),
+            StatusCode::kUnsupported);
 }
 
 TEST(QuantEdge, AllZeroBlocksRoundTripToZero) {
