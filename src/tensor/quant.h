@@ -15,9 +15,9 @@
 //   NaN f16 scale gives inf/NaN outputs, as in the peer; rejecting such files is the loader's
 //   job). quantize_row rejects NaN/inf input with kInvalidArgument naming the index (the peer's
 //   quantizers have no defined result for them), except F32/F16/BF16 which store or convert
-//   them (half.h). The activation
-//   quantizers never fail on values: they reproduce x86 conversion semantics (NaN or
-//   out-of-range -> -128 after saturation), so a blown-up activation gives garbage, not UB.
+//   them (half.h). The activation quantizers never fail on values: they reproduce x86
+//   conversion semantics (NaN or out-of-range -> -128 after saturation), so a blown-up
+//   activation gives garbage, not UB.
 // * Dot products are references for the SIMD kernels: see vec_dot() below.
 // Thread-safety: pure functions, no global state.
 #pragma once
