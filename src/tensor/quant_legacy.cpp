@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 
 #include "tensor/quant_internal.h"
 
@@ -26,10 +27,20 @@ SignedMax signed_max(const float* x, int n) {
   return r;
 }
 
-// The peer converts the biased value with a C cast (truncation toward zero) into int8_t and
-// then clamps from above; inputs here are always in [0, 2^7).
+// The peer narrows the biased value with a C cast (truncation toward zero) to int8_t/uint8_t
+// and then clamps from above. For finite blocks the value is always in [0, 2^7); a block whose
+// max - min overflows to inf can give NaN, where a C cast is undefined. We define it as the
+// peer's x86 build computes it: cvttss2si to int32 (NaN/out of range -> INT32_MIN), keep the
+// low 8 bits.
+inline int32_t x86_trunc_i32(float v) {
+  if (!(v > -2147483904.0f && v < 2147483648.0f)) return INT32_MIN;
+  return static_cast<int32_t>(v);
+}
 inline int trunc_to_int(float v) {
-  return static_cast<int>(static_cast<int8_t>(v));
+  return static_cast<int8_t>(static_cast<uint8_t>(x86_trunc_i32(v) & 0xff));
+}
+inline int trunc_to_uint(float v) {
+  return static_cast<uint8_t>(x86_trunc_i32(v) & 0xff);
 }
 
 // 5th bits of 32 quants live in one little-endian u32: bit j for element j.
@@ -178,8 +189,8 @@ void quant_q5_1(const float* src, uint8_t* dst, int64_t nb) {
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
       // No upper clamp in the peer: (max - min) * id rounds to at most 31.0 + a few ulp.
-      const int lo = static_cast<uint8_t>((src[j] - lo_v) * id + 0.5f);
-      const int hi = static_cast<uint8_t>((src[j + kQK / 2] - lo_v) * id + 0.5f);
+      const int lo = trunc_to_uint((src[j] - lo_v) * id + 0.5f);
+      const int hi = trunc_to_uint((src[j + kQK / 2] - lo_v) * id + 0.5f);
       b.qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
       qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
       qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + kQK / 2);
@@ -199,7 +210,8 @@ void quant_q8_0(const float* src, uint8_t* dst, int64_t nb) {
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     store_f16(b.d, d);
-    for (int j = 0; j < kQK; ++j) b.qs[j] = static_cast<int8_t>(std::round(src[j] * id));
+    for (int j = 0; j < kQK; ++j)
+      b.qs[j] = static_cast<int8_t>(trunc_to_int(std::round(src[j] * id)));
   }
 }
 

@@ -175,6 +175,28 @@ TEST(QuantEdge, UnderflowingScalesGiveZeros) {
   }
 }
 
+// f32 subnormal inputs make 1/scale overflow to inf inside the peer's algorithms; the result
+// must still be all zeros (every scale underflows f16), with no undefined conversion (the
+// sanitizer build runs this). Finite inputs whose range overflows f32 (max - min = inf) are
+// accepted and must not crash either; their scales saturate to f16 inf.
+TEST(QuantEdge, ExtremeFiniteInputs) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = std::ldexp(static_cast<float>((i % 7) - 3), -140);
+  for (GgmlType t : kQuantTypes) {
+    std::vector<uint8_t> q(row_bytes(t, 256));
+    ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 256).ok()) << ggml_type_name(t);
+    std::vector<float> back(256, 1.0f);
+    ASSERT_TRUE(dequantize_row(t, q.data(), back.data(), 256).ok());
+    for (float v : back) ASSERT_EQ(v, 0.0f) << ggml_type_name(t);
+  }
+  for (int i = 0; i < 256; ++i)
+    x[i] = (i % 2 ? 3e38f : -3e38f) * (static_cast<float>(i % 5) / 4.0f);
+  for (GgmlType t : kQuantTypes) {
+    std::vector<uint8_t> q(row_bytes(t, 256));
+    EXPECT_TRUE(quantize_row(t, x.data(), q.data(), 256).ok()) << ggml_type_name(t);
+  }
+}
+
 TEST(QuantEdge, NonFiniteInputPolicy) {
   std::vector<float> x = gaussian(512, 1.0f, 3);
   std::vector<uint8_t> q(4096);
