@@ -102,6 +102,16 @@ Result<GcResult> collect_garbage_locked(const StoreLayout& layout) {
     result.removed.push_back(b);
     result.freed_bytes += b.size_bytes;
   }
+  // Per-source lock files of finished pulls (none runs now) would otherwise accumulate.
+  if (DIR* locks = ::opendir(layout.locks_dir().c_str())) {
+    while (dirent* e = ::readdir(locks)) {
+      std::string_view n(e->d_name);
+      if (n.starts_with("url-") && n.ends_with(".lock")) {
+        ::unlink((layout.locks_dir() + "/" + std::string(n)).c_str());
+      }
+    }
+    ::closedir(locks);
+  }
   if (!result.removed.empty()) POWER_RETURN_IF_ERROR(fsync_directory(layout.blobs_dir()));
   return result;
 }

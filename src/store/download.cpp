@@ -155,7 +155,10 @@ class ProgressThrottle {
     if (!cb_) return;
     auto now = Clock::now();
     if (!force && now - last_ < kProgressInterval) return;
+    if (force && emitted_ && completed == last_completed_) return;  // nothing new to say
     last_ = now;
+    emitted_ = true;
+    last_completed_ = completed;
     double secs = std::chrono::duration<double>(now - start_).count();
     cb_(completed, total, secs > 0 ? static_cast<double>(attempt_bytes) / secs : 0.0);
   }
@@ -164,7 +167,21 @@ class ProgressThrottle {
   std::function<void(uint64_t, uint64_t, double)> cb_;
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_{};
+  bool emitted_ = false;
+  uint64_t last_completed_ = 0;
 };
+
+bool cancelled(const FetchOptions& o) {
+  return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed);
+}
+
+Status cancelled_status() {
+  return Status(StatusCode::kCancelled, "pull cancelled");
+}
+
+int on_xferinfo(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return cancelled(*static_cast<const FetchOptions*>(user)) ? 1 : 0;
+}
 
 // ---- staging sidecar ----------------------------------------------------------------------
 
@@ -301,7 +318,11 @@ struct Transfer {
       }
       total = content_length;
       StagingMeta m{url, etag, last_modified};
-      if (!m.validator().empty()) write_meta(staging_path, m);
+      if (!m.validator().empty()) {
+        write_meta(staging_path, m);
+      } else {
+        ::unlink(meta_path(staging_path).c_str());  // never resume against a stale validator
+      }
     }
     if (total) {
       const auto& expected = options->expected_size_bytes;
@@ -443,6 +464,9 @@ FetchResult fetch_url(const std::string& url, const std::string& staging_path,
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "power/" POWER_VERSION);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);  // for cancellation, also while stalled
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &options);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -476,6 +500,8 @@ FetchResult fetch_url(const std::string& url, const std::string& staging_path,
   switch (rc) {
     case CURLE_OK:
       break;
+    case CURLE_ABORTED_BY_CALLBACK:
+      return fail(cancelled_status(), false, true);
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -575,6 +601,7 @@ FetchResult copy_local_file(const std::string& path, const std::string& staging_
   ProgressThrottle progress(options);
   std::vector<uint8_t> buf(kCopyChunkBytes);
   for (;;) {
+    if (cancelled(options)) return from_error(cancelled_status(), false, false);
     ssize_t n = ::read(in.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return from_error(errno_error("cannot read source file", path, errno), false, false);
@@ -614,7 +641,9 @@ Result<HttpResponse> http_get(const std::string& url, uint64_t max_body_bytes, i
         return size * nmemb;
       });
   CURLcode rc = curl_easy_perform(h);
-  if (rc == CURLE_COULDNT_CONNECT) {
+  long os_errno = 0;
+  curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+  if (rc == CURLE_COULDNT_CONNECT && os_errno == ECONNREFUSED) {
     return Status(StatusCode::kIo, "connection refused").with("url", url);
   }
   if (rc != CURLE_OK) {

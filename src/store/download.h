@@ -13,6 +13,7 @@
 // should ignore SIGPIPE (libcurl runs with CURLOPT_NOSIGNAL for use from threads).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -34,6 +35,7 @@ struct FetchOptions {
   // Called at most every 100 ms, and once at the end: bytes in the staging file, the total
   // (0 if unknown) and the transfer rate of this attempt.
   std::function<void(uint64_t completed, uint64_t total, double rate_bytes_per_s)> on_progress;
+  const std::atomic<bool>* cancel = nullptr;  // set to true to stop: kCancelled, partial kept
   uint64_t fault_write_limit_bytes = 0;  // testing: writes past this fail as if the disk were full
 };
 

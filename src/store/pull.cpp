@@ -76,6 +76,11 @@ class Puller {
   Result<ManifestPart> pull_unpinned(const PartPlan& p);
   FetchResult fetch_from(const Origin& o, const PartPlan& p, const std::string& staging);
 
+  bool cancelled() const {
+    return options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed);
+  }
+  static Status cancelled_status() { return Status(StatusCode::kCancelled, "pull cancelled"); }
+
   void emit(PullProgress e) {
     if (!options_.progress) return;
     e.model = name_;
@@ -135,6 +140,7 @@ FetchResult Puller::fetch_from(const Origin& o, const PartPlan& p, const std::st
   fo.config = config_;
   if (o.send_hf_token) fo.bearer_token = config_.hf_token;
   fo.fault_write_limit_bytes = options_.fault_write_limit_bytes;
+  fo.cancel = options_.cancel;
   fo.on_progress = [&](uint64_t completed, uint64_t total, double rate) {
     PullProgress e;
     e.status = "downloading";
@@ -147,7 +153,13 @@ FetchResult Puller::fetch_from(const Origin& o, const PartPlan& p, const std::st
     emit(std::move(e));
   };
   bool restarted_after_mismatch = false;
+  bool restarted_after_416 = false;
   for (int64_t attempt = 1;; ++attempt) {
+    if (cancelled()) {
+      FetchResult c;
+      c.status = cancelled_status();
+      return c;
+    }
     FetchResult r = o.kind == SourceKind::kFile ? copy_local_file(o.location, staging, fo)
                                                 : fetch_url(o.location, staging, fo);
     if (r.status.ok()) {
@@ -168,9 +180,18 @@ FetchResult Puller::fetch_from(const Origin& o, const PartPlan& p, const std::st
       return r;
     }
     if (!r.keep_partial || r.size_bytes == 0) remove_staging(staging);
+    if (r.status.code() == StatusCode::kOutOfRange && !restarted_after_416) {
+      restarted_after_416 = true;  // 416: the partial does not fit the resource; start over
+      --attempt;
+      continue;
+    }
     if (r.local_failure || !r.retryable || attempt >= config_.attempts_per_source) return r;
     emit_part("retrying", p, r.status.to_string());
-    std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_delay_ms * attempt));
+    const auto wake = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(config_.retry_delay_ms * attempt);
+    while (std::chrono::steady_clock::now() < wake && !cancelled()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 }
 
@@ -233,7 +254,9 @@ Result<ManifestPart> Puller::pull_pinned(const PartPlan& p) {
       emit_part("committed", p, {}, r.size_bytes);
       return part;
     }
-    if (r.local_failure) return std::move(r.status);
+    if (r.local_failure || r.status.code() == StatusCode::kCancelled) {
+      return std::move(r.status);
+    }
     if (o.mirror && r.status.code() == StatusCode::kNotFound) continue;  // not on this mirror
     PullProgress e;
     e.status = "rejected";
@@ -326,6 +349,7 @@ Result<Manifest> Puller::run_inner() {
   Manifest m;
   m.name = name_;
   for (const auto& p : plans_) {
+    if (cancelled()) return cancelled_status();
     emit_part("resolving", p);
     Result<ManifestPart> part = p.pin ? pull_pinned(p) : pull_unpinned(p);
     if (!part.ok()) {

@@ -16,6 +16,7 @@
 // Thread-safety: reentrant; concurrent pulls in threads or processes coordinate by the locks.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,6 +52,9 @@ struct PullOptions {
   StoreConfig config;
   ProgressCallback progress;             // may be empty
   uint64_t fault_write_limit_bytes = 0;  // testing: simulate a full disk after this many bytes
+  // Checked while transferring (also while stalled) and between steps: a pull whose client
+  // went away stops with kCancelled; its partial download stays for the next pull.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 Result<Manifest> pull(const StoreLayout& layout, const PullRequest& request,

@@ -3,7 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "base/file.h"
 #include "store/blob_store.h"
@@ -256,6 +258,56 @@ TEST_F(PullHttp, CompletePartialLeftByADeadProcessIsCommittedWithoutNetwork) {
   auto m = pull_url(server_.url("/m.gguf"), digest_of(body));
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_TRUE(server_.requests().empty());
+  EXPECT_EQ(blob_bytes(digest_of(body)), body);
+}
+
+TEST_F(PullHttp, UnsatisfiableRangeRestartsFromZero) {
+  Route r = body_route(1000);
+  const std::string body = r.body;
+  server_.set_route("/m.gguf", r);
+  // A stale partial longer than the resource (pinned, size unknown): the server answers 416.
+  testing::write_text(layout_.staging_dir() + "/" + blob_file_name(digest_of(body)) + ".partial",
+                      make_bytes(2000, 3));
+  auto m = pull_url(server_.url("/m.gguf"), digest_of(body));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto reqs = server_.requests_for("/m.gguf");
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].status, 416);
+  EXPECT_EQ(reqs[1].range, "");
+  EXPECT_EQ(blob_bytes(digest_of(body)), body);
+}
+
+TEST_F(PullHttp, CancelStopsAndKeepsThePartialForResume) {
+  Route r = body_route(400000);
+  const std::string body = r.body;
+  r.chunk_bytes = 10000;
+  r.chunk_delay_us = 20000;  // ~0.8 s
+  server_.set_route("/m.gguf", r);
+  std::atomic<bool> cancel{false};
+  PullOptions o = options();
+  o.cancel = &cancel;
+  PullRequest req;
+  req.name = "m";
+  req.parts.push_back({server_.url("/m.gguf"), digest_of(body), body.size(), ""});
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel = true;
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto m = pull(layout_, req, o);
+  canceller.join();
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kCancelled) << m.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(700));
+  EXPECT_TRUE(list_dir(layout_.blobs_dir()).empty());
+  ASSERT_EQ(list_dir(layout_.staging_dir()).size(), 1u);
+  r.chunk_delay_us = 0;
+  server_.set_route("/m.gguf", r);
+  auto again = pull(layout_, req, options());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  auto reqs = server_.requests_for("/m.gguf");
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_FALSE(reqs[1].range.empty());
   EXPECT_EQ(blob_bytes(digest_of(body)), body);
 }
 
