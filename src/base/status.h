@@ -53,7 +53,7 @@ class [[nodiscard]] Status {
 
   // Adds "key=value" context, e.g. .with("tensor", name).with("offset", 1234).
   template <typename V>
-  Status&& with(std::string_view key, const V& value) && {
+  Status with(std::string_view key, const V& value) && {
     append_context(key, fmt::format("{}", value));
     return std::move(*this);
   }
@@ -104,6 +104,7 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &std::get<T>(v_); }
   T& operator*() & { return std::get<T>(v_); }
   const T& operator*() const& { return std::get<T>(v_); }
+  T&& operator*() && { return std::move(std::get<T>(v_)); }
 
  private:
   std::variant<T, Status> v_;

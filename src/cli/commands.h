@@ -12,5 +12,8 @@ int exit_code();
 
 void add_inspect_commands(CLI::App& app);   // inspect, tensor
 void add_quantize_commands(CLI::App& app);  // quantize
+void add_run_commands(CLI::App& app);       // run, logits, convert
+void add_text_commands(CLI::App& app);      // tokenize, detokenize
+void add_template_commands(CLI::App& app);  // template
 
 }  // namespace power::cli

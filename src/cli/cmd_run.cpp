@@ -1,0 +1,249 @@
+// `power run` (generate text), `power logits` (raw logits of a token list) and
+// `power convert llama2c` (import a llama2.c checkpoint).
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "engine/generate.h"
+#include "format/llama2c.h"
+#include "models/decoder.h"
+#include "models/model.h"
+#include "text/tokenizer.h"
+
+namespace power::cli {
+namespace {
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+};
+
+Result<LoadedModel> load(const std::string& path, bool need_tokenizer) {
+  POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
+  std::shared_ptr<const GgufFile> shared(std::move(file));
+  LoadedModel lm;
+  if (need_tokenizer) {
+    POWER_ASSIGN_OR_RETURN(lm.tokenizer, text::Tokenizer::from_gguf(*shared));
+  }
+  POWER_ASSIGN_OR_RETURN(lm.model, load_model(shared));
+  return lm;
+}
+
+Result<GgmlType> parse_kv_type(const std::string& s) {
+  if (s == "f16" || s == "F16") return GgmlType::F16;
+  if (s == "f32" || s == "F32") return GgmlType::F32;
+  return Status(StatusCode::kInvalidArgument, "--kv-type must be f16 or f32").with("value", s);
+}
+
+struct RunOptions {
+  std::string model_path;
+  std::string prompt;
+  bool chat = false;
+  std::string system;
+  int32_t n_predict = 128;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 512;
+  int threads = 0;
+  std::string kv_type = "f16";
+  bool verbose = false;
+  bool ignore_eos = false;
+  bool no_bos = false;
+  std::vector<std::string> stop;
+  SamplerParams sampling;
+  int64_t seed = -1;
+};
+
+// Everything one `power run` needs, planned before the first token.
+struct RunSession {
+  LoadedModel lm;
+  std::unique_ptr<Workspace> ws;
+  std::unique_ptr<KvCache> kv;
+  GenerateParams gp;
+};
+
+Result<RunSession> prepare(RunOptions& o) {
+  RunSession s;
+  POWER_ASSIGN_OR_RETURN(s.lm, load(o.model_path, true));
+  const Model& model = *s.lm.model;
+  const ModelHparams& hp = model.hparams();
+  POWER_ASSIGN_OR_RETURN(GgmlType kv_type, parse_kv_type(o.kv_type));
+  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+  if (n_ctx > hp.n_ctx_train) {
+    POWER_LOG_WARN("context {} exceeds the model's training context {}", n_ctx, hp.n_ctx_train);
+  }
+  if (o.seed < 0) {
+    std::random_device rd;
+    o.sampling.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+  } else {
+    o.sampling.seed = static_cast<uint64_t>(o.seed);
+  }
+  POWER_RETURN_IF_ERROR(o.sampling.validate(hp.n_vocab));
+  POWER_ASSIGN_OR_RETURN(s.ws, model.make_workspace(std::min(o.n_batch, n_ctx), n_ctx, o.threads));
+  POWER_ASSIGN_OR_RETURN(s.kv, KvCache::create(model.kv_config(n_ctx, 1, kv_type)));
+  if (o.verbose) {
+    std::fprintf(stderr,
+                 "model: %s, %lld layers, n_embd %lld, vocab %lld; context %lld\n"
+                 "memory: kv cache %.2f MiB (%s), scratch %.2f MiB; weights mapped %.2f MiB\n"
+                 "threads: %d\n",
+                 hp.arch.c_str(), static_cast<long long>(hp.n_layer),
+                 static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_vocab),
+                 static_cast<long long>(n_ctx), s.kv->bytes_total() / 1048576.0,
+                 o.kv_type.c_str(), s.ws->bytes() / 1048576.0,
+                 model.file().file_size() / 1048576.0, s.ws->cpu.n_threads());
+  }
+  s.gp.max_tokens = o.n_predict;
+  s.gp.stop = o.stop;
+  s.gp.ignore_eos = o.ignore_eos;
+  s.gp.sampling = o.sampling;
+  return s;
+}
+
+// Generates from `text` (tokenized with BOS unless the text already starts with it or
+// --no-bos), streaming to stdout; returns the generated text.
+Result<std::string> generate_once(RunSession& s, const std::string& text, bool add_bos) {
+  const text::Tokenizer& tok = *s.lm.tokenizer;
+  text::EncodeOptions eo;
+  eo.add_special = add_bos;
+  eo.parse_special = true;
+  std::vector<int32_t> prompt = tok.encode(text, eo);
+  if (prompt.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the prompt is empty and the vocabulary adds no BOS token");
+  }
+  Generator gen(*s.lm.model, tok, *s.ws, *s.kv);
+  POWER_ASSIGN_OR_RETURN(GenerateResult r, gen.generate(prompt, s.gp, [](std::string_view t) {
+    std::fwrite(t.data(), 1, t.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }));
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const double pre_s = r.prefill_ms / 1000.0, dec_s = r.decode_ms / 1000.0;
+  std::fprintf(stderr,
+               "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s "
+               "(%.1f tokens/s); finish: %s\n",
+               static_cast<long long>(r.n_prompt), pre_s, pre_s > 0 ? r.n_prompt / pre_s : 0.0,
+               r.tokens.size(), dec_s, dec_s > 0 ? r.tokens.size() / dec_s : 0.0,
+               std::string(finish_reason_name(r.finish)).c_str());
+  return r.text;
+}
+
+void run_generate(RunOptions o) {
+  auto s = prepare(o);
+  if (!s.ok()) return report_error(s.status());
+  auto r = generate_once(*s, o.prompt, !o.no_bos);
+  if (!r.ok()) report_error(r.status());
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::out_of_range("id");
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      return Status(StatusCode::kInvalidArgument, "token ids must be comma-separated integers")
+          .with("item", item);
+    }
+  }
+  if (ids.empty()) return Status(StatusCode::kInvalidArgument, "no token ids given");
+  return ids;
+}
+
+void run_logits(const std::string& path, const std::string& ids_text, const std::string& out,
+                int threads, const std::string& kv_type_name) {
+  auto ids = parse_ids(ids_text);
+  if (!ids.ok()) return report_error(ids.status());
+  auto kv_type = parse_kv_type(kv_type_name);
+  if (!kv_type.ok()) return report_error(kv_type.status());
+  auto lm = load(path, false);
+  if (!lm.ok()) return report_error(lm.status());
+  const Model& model = *lm->model;
+  const int64_t n = static_cast<int64_t>(ids->size());
+  auto ws = model.make_workspace(n, n, threads);
+  if (!ws.ok()) return report_error(ws.status());
+  auto kv = KvCache::create(model.kv_config(n, 1, *kv_type));
+  if (!kv.ok()) return report_error(kv.status());
+  KvSequence seq(kv->get());
+  ForwardChunk chunk{&seq, *ids, true};
+  std::vector<float> logits(static_cast<size_t>(n * model.hparams().n_vocab));
+  Status st = model.forward(**ws, std::span<const ForwardChunk>(&chunk, 1), logits.data());
+  if (!st.ok()) return report_error(st);
+  st = write_file_atomic(out, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(logits.data()),
+                                                       logits.size() * sizeof(float)));
+  if (!st.ok()) return report_error(st);
+  std::fprintf(stderr, "wrote logits [%lld x %lld] f32 to %s\n", static_cast<long long>(n),
+               static_cast<long long>(model.hparams().n_vocab), out.c_str());
+}
+
+}  // namespace
+
+void add_run_commands(CLI::App& app) {
+  static RunOptions o;
+  auto* run = app.add_subcommand("run", "Generate text with a language model");
+  run->add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  run->add_option("-p,--prompt", o.prompt, "Prompt text (default: empty, i.e. BOS alone)");
+  run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate (-1: until EOS or context)");
+  run->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  run->add_option("--top-k", o.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
+  run->add_option("--top-p", o.sampling.top_p, "Top-p (1 = off)")->capture_default_str();
+  run->add_option("--min-p", o.sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+  run->add_option("--repeat-penalty", o.sampling.repeat_penalty, "Repetition penalty (1 = off)");
+  run->add_option("--repeat-last-n", o.sampling.penalty_last_n, "Tokens the penalties look at");
+  run->add_option("--frequency-penalty", o.sampling.frequency_penalty, "Frequency penalty");
+  run->add_option("--presence-penalty", o.sampling.presence_penalty, "Presence penalty");
+  run->add_option("--seed", o.seed, "RNG seed (default: random)");
+  run->add_option("--stop", o.stop, "Stop string (repeatable)");
+  run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
+  run->add_flag("--no-bos", o.no_bos, "Do not add the BOS token");
+  run->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
+  run->add_option("-c,--ctx", o.n_ctx, "Context size in tokens (default: the model's)");
+  run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
+  run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
+  run->add_flag("--verbose", o.verbose, "Print model, memory and thread information");
+  run->callback([] { run_generate(o); });
+
+  static std::string lg_model, lg_tokens, lg_out, lg_kv = "f32";
+  static int lg_threads = 0;
+  auto* logits = app.add_subcommand("logits", "Write raw f32 logits for every position");
+  logits->add_option("-m,--model", lg_model, "GGUF model file")->required();
+  logits->add_option("--tokens", lg_tokens, "Comma-separated token ids")->required();
+  logits->add_option("--out,-o", lg_out, "Output file ([n_tokens x n_vocab] f32)")->required();
+  logits->add_option("-t,--threads", lg_threads, "Threads (0 = all cores)");
+  logits->add_option("--kv-type", lg_kv, "KV cache type: f32 (default here) or f16");
+  logits->callback([] { run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv); });
+
+  static std::string cv_model, cv_tok, cv_out;
+  auto* convert = app.add_subcommand("convert", "Convert other model formats to GGUF");
+  convert->require_subcommand(1);
+  auto* l2c = convert->add_subcommand("llama2c", "llama2.c checkpoint + tokenizer -> GGUF");
+  l2c->add_option("model", cv_model, "llama2.c model .bin")->required();
+  l2c->add_option("tokenizer", cv_tok, "llama2.c tokenizer .bin")->required();
+  l2c->add_option("output", cv_out, "Output GGUF")->required();
+  l2c->callback([] {
+    auto s = convert_llama2c(cv_model, cv_tok, cv_out);
+    if (!s.ok()) return report_error(s.status());
+    std::fprintf(stderr,
+                 "converted: dim %d, hidden %d, %d layers, %d heads (%d kv), vocab %d, seq_len %d "
+                 "-> %s\n",
+                 s->dim, s->hidden_dim, s->n_layers, s->n_heads, s->n_kv_heads, s->vocab_size,
+                 s->seq_len, cv_out.c_str());
+  });
+}
+
+}  // namespace power::cli

@@ -1,0 +1,172 @@
+#include "device/kv_cache.h"
+
+#include <cstring>
+
+#include "base/checked.h"
+#include "tensor/half.h"
+
+namespace power {
+
+Result<uint64_t> KvCache::planned_bytes(const KvCacheConfig& c) {
+  if (c.dtype != GgmlType::F16 && c.dtype != GgmlType::F32) {
+    return Status(StatusCode::kUnsupported, "KV cache dtype must be F16 or F32")
+        .with("dtype", ggml_type_name(c.dtype));
+  }
+  if (c.n_layer <= 0 || c.n_kv_heads <= 0 || c.head_dim_k <= 0 || c.head_dim_v <= 0 ||
+      c.block_tokens <= 0 || c.n_blocks <= 0) {
+    return Status(StatusCode::kInvalidArgument, "KV cache dimensions must be positive");
+  }
+  const uint64_t elem = c.dtype == GgmlType::F16 ? 2 : 4;
+  uint64_t per_pos = static_cast<uint64_t>(c.n_kv_heads) * (c.head_dim_k + c.head_dim_v) * elem;
+  uint64_t total = 0;
+  if (!checked_mul<uint64_t>(per_pos, static_cast<uint64_t>(c.block_tokens), &total) ||
+      !checked_mul<uint64_t>(total, static_cast<uint64_t>(c.n_blocks), &total) ||
+      !checked_mul<uint64_t>(total, static_cast<uint64_t>(c.n_layer), &total)) {
+    return Status(StatusCode::kDoesNotFit, "KV cache size overflows");
+  }
+  return total;
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& config) {
+  POWER_ASSIGN_OR_RETURN(uint64_t bytes, planned_bytes(config));
+  std::unique_ptr<KvCache> kv(new KvCache(config));
+  kv->elem_bytes_ = config.dtype == GgmlType::F16 ? 2 : 4;
+  kv->k_pos_bytes_ = static_cast<uint64_t>(config.n_kv_heads) * config.head_dim_k * kv->elem_bytes_;
+  kv->v_pos_bytes_ = static_cast<uint64_t>(config.n_kv_heads) * config.head_dim_v * kv->elem_bytes_;
+  kv->bytes_total_ = bytes;
+  const uint64_t positions = static_cast<uint64_t>(config.n_blocks) * config.block_tokens;
+  for (int l = 0; l < config.n_layer; ++l) {
+    kv->k_.emplace_back(new (std::nothrow) uint8_t[positions * kv->k_pos_bytes_]);
+    kv->v_.emplace_back(new (std::nothrow) uint8_t[positions * kv->v_pos_bytes_]);
+    if (!kv->k_.back() || !kv->v_.back()) {
+      return Status(StatusCode::kResourceExhausted, "cannot allocate the KV cache")
+          .with("bytes", bytes);
+    }
+  }
+  kv->refs_.assign(static_cast<size_t>(config.n_blocks), 0);
+  for (int b = config.n_blocks - 1; b >= 0; --b) kv->free_list_.push_back(b);
+  return kv;
+}
+
+int KvCache::blocks_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_list_.size());
+}
+
+Result<int> KvCache::allocate_block() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_list_.empty()) {
+    return Status(StatusCode::kResourceExhausted, "KV cache has no free block")
+        .with("blocks", cfg_.n_blocks);
+  }
+  int b = free_list_.back();
+  free_list_.pop_back();
+  refs_[static_cast<size_t>(b)] = 1;
+  return b;
+}
+
+void KvCache::retain_block(int block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  POWER_CHECK(refs_.at(static_cast<size_t>(block)) > 0);
+  ++refs_[static_cast<size_t>(block)];
+}
+
+void KvCache::release_block(int block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int& r = refs_.at(static_cast<size_t>(block));
+  POWER_CHECK(r > 0);
+  if (--r == 0) free_list_.push_back(block);
+}
+
+int KvCache::block_refs(int block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_.at(static_cast<size_t>(block));
+}
+
+uint8_t* KvCache::k_ptr(int layer, int block, int slot) const {
+  uint64_t pos = static_cast<uint64_t>(block) * cfg_.block_tokens + static_cast<uint64_t>(slot);
+  return k_[static_cast<size_t>(layer)].get() + pos * k_pos_bytes_;
+}
+
+uint8_t* KvCache::v_ptr(int layer, int block, int slot) const {
+  uint64_t pos = static_cast<uint64_t>(block) * cfg_.block_tokens + static_cast<uint64_t>(slot);
+  return v_[static_cast<size_t>(layer)].get() + pos * v_pos_bytes_;
+}
+
+namespace {
+
+void store(uint8_t* dst, const float* src, int64_t n, bool f16) {
+  if (f16) {
+    f32_to_f16_row(src, dst, n);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+void load(const uint8_t* src, float* dst, int64_t n, bool f16) {
+  if (f16) {
+    f16_to_f32_row(src, dst, n);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void KvCache::write_k(int layer, int block, int slot, const float* k) {
+  store(k_ptr(layer, block, slot), k, static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim_k,
+        cfg_.dtype == GgmlType::F16);
+}
+
+void KvCache::write_v(int layer, int block, int slot, const float* v) {
+  store(v_ptr(layer, block, slot), v, static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim_v,
+        cfg_.dtype == GgmlType::F16);
+}
+
+void KvCache::read_k(int layer, int block, int slot, int head, float* out) const {
+  load(k_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_k * elem_bytes_,
+       out, cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
+}
+
+void KvCache::read_v(int layer, int block, int slot, int head, float* out) const {
+  load(v_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_v * elem_bytes_,
+       out, cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
+}
+
+KvSequence::~KvSequence() { truncate(0); }
+
+int KvSequence::capacity_tokens() const {
+  return static_cast<int>(blocks_.size()) * block_tokens();
+}
+
+Status KvSequence::reserve(int n) {
+  const int need = (n + block_tokens() - 1) / block_tokens();
+  std::vector<int> fresh;
+  while (static_cast<int>(blocks_.size() + fresh.size()) < need) {
+    auto b = cache_->allocate_block();
+    if (!b.ok()) {
+      for (int x : fresh) cache_->release_block(x);
+      return std::move(b).take_status().with("positions", n);
+    }
+    fresh.push_back(*b);
+  }
+  blocks_.insert(blocks_.end(), fresh.begin(), fresh.end());
+  return Status();
+}
+
+void KvSequence::set_n_tokens(int n) {
+  POWER_CHECK(n >= 0 && n <= capacity_tokens());
+  n_tokens_ = n;
+}
+
+void KvSequence::truncate(int n) {
+  if (n < 0) n = 0;
+  if (n < n_tokens_) n_tokens_ = n;
+  const size_t keep = static_cast<size_t>((n + block_tokens() - 1) / block_tokens());
+  while (blocks_.size() > keep) {
+    cache_->release_block(blocks_.back());
+    blocks_.pop_back();
+  }
+}
+
+}  // namespace power

@@ -1,0 +1,23 @@
+// Matrix products with weights of any dequantizable ggml type (the scalar reference path).
+//
+// matmul: y[t * ldy + r] = dot(W row r, x[t * ldx ...]) for t < n_tokens and r < rows.
+// W is a TensorView with ne = {K, rows} (tensor/tensor.h convention), x holds n_tokens rows of
+// K floats. Each weight row is decoded to f32 once per call and used for every token, so a
+// batch reads the weights once. Work is split over the context's threads by weight rows.
+// Shapes are checked with POWER_CHECK: the model validated them when it loaded.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/context.h"
+#include "tensor/tensor.h"
+
+namespace power {
+
+void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
+            float* y, int64_t ldy);
+
+// Row r of W as f32 (embedding lookup).
+void matrix_row_f32(const TensorView& w, int64_t r, float* out);
+
+}  // namespace power

@@ -1,0 +1,38 @@
+// CPU element-wise and row operations used by the transformer models. Scalar reference code;
+// shapes are in elements, rows are contiguous f32. All functions are pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace power {
+
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no scale). Sum of squares in double,
+// as the peer does. x and y may alias.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotary position embedding in place over one head of `head_dim` values, rotating the first
+// `n_rot` dimensions. kNorm rotates adjacent pairs (2i, 2i+1), kNeox rotates (i, i + n_rot/2).
+// theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i (factor = 1 without freq_factors).
+enum class RopeKind { kNorm, kNeox };
+struct RopeParams {
+  RopeKind kind = RopeKind::kNorm;
+  int n_rot = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // n_rot/2 values (llama3 / longrope), or null
+};
+void rope_apply(float* head, int64_t pos, const RopeParams& p);
+
+// In-place softmax over n values; returns nothing. Max-subtracted, sum in double.
+void softmax(float* x, int64_t n);
+
+// gate[i] = silu(gate[i]) * up[i]
+void swiglu(float* gate, const float* up, int64_t n);
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+// Dot product of two f32 rows with 8 partial sums.
+float dot_f32(const float* a, const float* b, int64_t n);
+// Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
+void round_to_f16(float* x, int64_t n);
+
+}  // namespace power

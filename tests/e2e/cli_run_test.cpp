@@ -1,0 +1,167 @@
+// Black-box tests of `power run`, `power logits` and `power convert llama2c` on stories260K.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "format/gguf.h"
+#include "run_util.h"
+#include "test_util.h"
+
+namespace power {
+namespace {
+
+using testing::run_power;
+
+std::string stories(const std::string& name) {
+  return testing::shared_dir() + "/models/stories260K/" + name;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class CliRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("power-clirun"); }
+  void TearDown() override { testing::remove_tree(dir_); }
+  std::string dir_;
+};
+
+// `power run` with no prompt, greedy, 256 tokens: llama2.c's reference text (its file ends
+// with the newline run.c prints; `power run` prints one too).
+TEST_F(CliRunTest, RunGreedyEqualsLlama2c) {
+  POWER_REQUIRE_SHARED();
+  auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "0",
+                      "--ctx", "512", "-t", "2", "--verbose"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(stories("expected_greedy_t0_n256.txt")));
+  EXPECT_NE(r.err.find("prefill: 1 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode: 256 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kv cache"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("scratch"), std::string::npos) << r.err;
+}
+
+// llama2.c keeps its KV cache in f32; with Power's default F16 cache the logits move by ~1e-3
+// and a draw near a CDF boundary can go the other way, so this run uses --kv-type f32.
+TEST_F(CliRunTest, RunSeededTopPEqualsLlama2c) {
+  POWER_REQUIRE_SHARED();
+  auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "1",
+                      "--top-p", "0.9", "--top-k", "0", "--min-p", "0", "--seed", "133742",
+                      "--ctx", "512", "--kv-type", "f32"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(stories("expected_t1.0_p0.9_s133742_n256.txt")));
+}
+
+TEST_F(CliRunTest, RunWithPromptAndStop) {
+  POWER_REQUIRE_SHARED();
+  auto r = run_power({"run", "-m", stories("stories260K-F16.gguf"), "-p", "Once upon a time",
+                      "-n", "64", "--temp", "0", "--stop", "Lily."});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ", there was a little girl named \n");
+  EXPECT_NE(r.err.find("finish: stop"), std::string::npos);
+}
+
+TEST_F(CliRunTest, RunErrors) {
+  POWER_REQUIRE_SHARED();
+  auto r = run_power({"run", "-m", dir_ + "/missing.gguf"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not_found"), std::string::npos) << r.err;
+  r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--top-p", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("top_p"), std::string::npos) << r.err;
+  r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--kv-type", "q4"});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+// `power logits` on the fixture's 48 tokens: the peer's logits within 1e-3 (F32 file), same
+// argmax at every position.
+TEST_F(CliRunTest, LogitsMatchPeer) {
+  POWER_REQUIRE_SHARED();
+  std::string ids = read_text(testing::shared_dir() + "/fixtures/models/stories260K/tokens.txt");
+  for (char& c : ids) c = (c == ' ' ? ',' : c);
+  while (!ids.empty() && (ids.back() == '\n' || ids.back() == ',')) ids.pop_back();
+  std::string out = dir_ + "/logits.f32";
+  auto r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", ids, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ours = testing::read_f32(out);
+  auto peer = testing::read_f32(testing::shared_dir() +
+                                "/fixtures/models/stories260K/stories260K-F32.logits.f32");
+  ASSERT_EQ(ours.size(), 48u * 512u);
+  ASSERT_EQ(ours.size(), peer.size());
+  double max_abs = 0;
+  for (size_t i = 0; i < ours.size(); ++i) max_abs = std::max(max_abs, std::fabs(double(ours[i]) - peer[i]));
+  std::printf("  stories260K-F32 logits: max |ours - peer| = %.3g\n", max_abs);
+  EXPECT_LE(max_abs, 1e-3);
+  for (int row = 0; row < 48; ++row) {
+    auto a = std::max_element(ours.begin() + row * 512, ours.begin() + (row + 1) * 512);
+    auto b = std::max_element(peer.begin() + row * 512, peer.begin() + (row + 1) * 512);
+    EXPECT_EQ(a - ours.begin(), b - peer.begin()) << "row " << row;
+  }
+  r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", "1,2,99999", "--out", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("token id out of range"), std::string::npos) << r.err;
+  r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", "1,x", "--out", out});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+// `power convert llama2c` writes the tensors and tokenizer llama.cpp's converter wrote for the
+// shared stories260K-F32.gguf, byte for byte; only llama.context_length differs (the true
+// seq_len 512 here, the peer's default 128 there).
+TEST_F(CliRunTest, ConvertLlama2cMatchesThePeersFile) {
+  POWER_REQUIRE_SHARED();
+  std::string out = dir_ + "/converted.gguf";
+  auto r = run_power({"convert", "llama2c", stories("stories260K.bin"), stories("tok512.bin"), out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ours = GgufFile::open(out);
+  auto peer = GgufFile::open(stories("stories260K-F32.gguf"));
+  ASSERT_TRUE(ours.ok() && peer.ok());
+  ASSERT_EQ((*ours)->tensors().size(), (*peer)->tensors().size());
+  for (size_t i = 0; i < (*peer)->tensors().size(); ++i) {
+    const GgufTensor& p = (*peer)->tensors()[i];
+    const GgufTensor& o = (*ours)->tensors()[i];
+    EXPECT_EQ(o.name, p.name);
+    EXPECT_EQ(o.ne, p.ne) << p.name;
+    ASSERT_EQ(o.n_bytes, p.n_bytes) << p.name;
+    EXPECT_EQ(std::memcmp(o.data, p.data, p.n_bytes), 0) << p.name;
+  }
+  ASSERT_EQ((*ours)->metadata().size(), (*peer)->metadata().size());
+  for (const auto& kv : (*peer)->metadata()) {
+    const GgufValue* v = (*ours)->find(kv.key);
+    ASSERT_NE(v, nullptr) << kv.key;
+    if (kv.key == "llama.context_length") {
+      EXPECT_EQ(v->as_u64(), 512u);
+      continue;
+    }
+    EXPECT_EQ(v->type, kv.value.type) << kv.key;
+    if (const auto* a = kv.value.as_array()) {
+      ASSERT_NE(v->as_array(), nullptr);
+      ASSERT_EQ(v->as_array()->size(), a->size()) << kv.key;
+      for (size_t i = 0; i < a->size(); ++i) {
+        const GgufValue& x = (*a)[i];
+        const GgufValue& y = (*v->as_array())[i];
+        if (x.as_string()) {
+          EXPECT_EQ(*y.as_string(), *x.as_string()) << kv.key << "[" << i << "]";
+        } else {
+          EXPECT_EQ(y.as_f64(), x.as_f64()) << kv.key << "[" << i << "]";
+        }
+      }
+    } else if (kv.value.as_string()) {
+      EXPECT_EQ(*v->as_string(), *kv.value.as_string()) << kv.key;
+    } else {
+      EXPECT_EQ(v->as_f64(), kv.value.as_f64()) << kv.key;
+    }
+  }
+  auto bad = run_power({"convert", "llama2c", stories("tok512.bin"), stories("tok512.bin"), out});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("corrupt"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace power

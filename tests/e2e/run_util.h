@@ -1,0 +1,18 @@
+// Runs the `power` binary built in this tree and captures its exit code, stdout and stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace power::testing {
+
+struct RunResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  std::string out;
+  std::string err;
+};
+
+std::string power_binary();
+RunResult run_power(const std::vector<std::string>& args);
+
+}  // namespace power::testing
