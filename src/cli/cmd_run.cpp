@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "chat/chat_template.h"
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -139,9 +140,43 @@ Result<std::string> generate_once(RunSession& s, const std::string& text, bool a
   return r.text;
 }
 
+// --chat: the model's chat template over the conversation so far. With -p, one user turn;
+// otherwise every line of standard input is a user turn, answered in order until EOF.
+Status run_chat(RunSession& s, const RunOptions& o) {
+  POWER_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, chat::ChatTemplate::from_gguf(s.lm.model->file()));
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  const text::Tokenizer& tok = *s.lm.tokenizer;
+  const std::string bos_text =
+      tok.special().bos >= 0 ? tok.token_text(tok.special().bos) : std::string();
+  auto turn = [&](const std::string& user) -> Status {
+    messages.push_back({{"role", "user"}, {"content", user}});
+    chat::ChatRenderOptions ro;
+    ro.add_generation_prompt = true;
+    POWER_ASSIGN_OR_RETURN(std::string prompt, tmpl.render(messages, ro));
+    // Templates that print the BOS token themselves must not get a second one.
+    const bool add_bos = !o.no_bos && (bos_text.empty() || prompt.rfind(bos_text, 0) != 0);
+    POWER_ASSIGN_OR_RETURN(std::string reply, generate_once(s, prompt, add_bos));
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+    return Status();
+  };
+  if (!o.prompt.empty()) return turn(o.prompt);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    POWER_RETURN_IF_ERROR(turn(line));
+  }
+  return Status();
+}
+
 void run_generate(RunOptions o) {
   auto s = prepare(o);
   if (!s.ok()) return report_error(s.status());
+  if (o.chat) {
+    Status st = run_chat(*s, o);
+    if (!st.ok()) report_error(st);
+    return;
+  }
   auto r = generate_once(*s, o.prompt, !o.no_bos);
   if (!r.ok()) report_error(r.status());
 }
@@ -198,6 +233,9 @@ void add_run_commands(CLI::App& app) {
   auto* run = app.add_subcommand("run", "Generate text with a language model");
   run->add_option("-m,--model", o.model_path, "GGUF model file")->required();
   run->add_option("-p,--prompt", o.prompt, "Prompt text (default: empty, i.e. BOS alone)");
+  run->add_flag("--chat", o.chat,
+                "Apply the model's chat template: -p is one user turn, else each stdin line is");
+  run->add_option("--system", o.system, "System message for --chat");
   run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate (-1: until EOS or context)");
   run->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
   run->add_option("--top-k", o.sampling.top_k, "Top-k (0 = off)")->capture_default_str();

@@ -68,6 +68,36 @@ TEST_F(CliRunTest, RunWithPromptAndStop) {
   EXPECT_NE(r.err.find("finish: stop"), std::string::npos);
 }
 
+// --chat renders the model's chat template. A template that prints only the message content
+// makes `--chat -p X` the same prompt as `-p X`; a file without a template falls back to
+// ChatML and says so.
+TEST_F(CliRunTest, RunChatUsesTheTemplate) {
+  POWER_REQUIRE_SHARED();
+  auto src = GgufFile::open(stories("stories260K-F32.gguf"));
+  ASSERT_TRUE(src.ok());
+  GgufWriter w;
+  for (const auto& kv : (*src)->metadata()) w.set(kv.key, kv.value);
+  w.set("tokenizer.chat_template",
+        GgufValue::str("{% for m in messages %}{{ m['content'] }}{% endfor %}"));
+  for (const auto& t : (*src)->tensors()) {
+    ASSERT_TRUE(w.add_tensor_view(t.name, t.type, t.ne, {t.data, t.n_bytes}).ok());
+  }
+  const std::string model = dir_ + "/templated.gguf";
+  ASSERT_TRUE(w.write(model).ok());
+  auto plain = run_power({"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"});
+  auto chat = run_power({"run", "-m", model, "--chat", "-p", "Once upon a time", "-n", "24",
+                         "--temp", "0"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_EQ(chat.out, plain.out);
+  EXPECT_NE(plain.out.find("there was a little girl"), std::string::npos) << plain.out;
+
+  auto chatml = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--chat", "-p", "Hi",
+                           "-n", "4", "--temp", "0"});
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
+  EXPECT_NE(chatml.err.find("ChatML"), std::string::npos) << chatml.err;
+}
+
 TEST_F(CliRunTest, RunErrors) {
   POWER_REQUIRE_SHARED();
   auto r = run_power({"run", "-m", dir_ + "/missing.gguf"});
