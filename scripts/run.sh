@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Power's main job on a real model. Until `power serve` exists (issue #7) this builds Power and
-# inspects the stories260K GGUF from the mirror directory: POWER_MIRRORS (a directory holding
-# stories260K/), defaulting to ../shared/models next to this checkout.
+# generates a story with stories260K, read from the mirror directory POWER_MIRRORS (a directory
+# holding stories260K/; default ../shared/models next to this checkout). Extra arguments go to
+# `power run` (e.g. -p "Once upon a time" -n 64 --temp 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh -DPOWER_BUILD_TESTS=OFF
@@ -11,4 +12,5 @@ if [[ ! -f "$model" ]]; then
   echo "run: $model not found; set POWER_MIRRORS to a directory that holds stories260K/" >&2
   exit 1
 fi
-./build/src/cli/power inspect "$model"
+if (($# == 0)); then set -- -p "Once upon a time" -n 200; fi
+exec ./build/src/cli/power run -m "$model" --ctx 512 "$@"
