@@ -47,7 +47,8 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
     ADD_FAILURE() << "cannot read " << path;
     return {};
   }
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
 }
 
 template <typename T>
@@ -62,7 +63,11 @@ static std::vector<T> read_as(const std::string& path) {
   return out;
 }
 
-std::vector<float> read_f32(const std::string& path) { return read_as<float>(path); }
-std::vector<double> read_f64(const std::string& path) { return read_as<double>(path); }
+std::vector<float> read_f32(const std::string& path) {
+  return read_as<float>(path);
+}
+std::vector<double> read_f64(const std::string& path) {
+  return read_as<double>(path);
+}
 
 }  // namespace power::testing

@@ -26,14 +26,14 @@ std::vector<double> read_f64(const std::string& path);
 
 }  // namespace power::testing
 
-#define POWER_REQUIRE_SHARED()                                                              \
-  do {                                                                                      \
-    if (!::power::testing::shared_available()) {                                            \
-      if (::power::testing::running_in_ci()) {                                              \
-        FAIL() << "CI=true but the shared data directory is missing: "                      \
-               << ::power::testing::shared_dir();                                           \
-      }                                                                                     \
-      GTEST_SKIP() << "shared data not found at " << ::power::testing::shared_dir()          \
-                   << " (set POWER_SHARED_DIR); skipping";                                  \
-    }                                                                                       \
+#define POWER_REQUIRE_SHARED()                                                      \
+  do {                                                                              \
+    if (!::power::testing::shared_available()) {                                    \
+      if (::power::testing::running_in_ci()) {                                      \
+        FAIL() << "CI=true but the shared data directory is missing: "              \
+               << ::power::testing::shared_dir();                                   \
+      }                                                                             \
+      GTEST_SKIP() << "shared data not found at " << ::power::testing::shared_dir() \
+                   << " (set POWER_SHARED_DIR); skipping";                          \
+    }                                                                               \
   } while (0)

@@ -22,10 +22,14 @@ Status errno_status(std::string_view what, const std::string& path, int err) {
 
 int advice_of(AccessHint hint) {
   switch (hint) {
-    case AccessHint::kSequential: return MADV_SEQUENTIAL;
-    case AccessHint::kRandom: return MADV_RANDOM;
-    case AccessHint::kWillNeed: return MADV_WILLNEED;
-    case AccessHint::kNormal: break;
+    case AccessHint::kSequential:
+      return MADV_SEQUENTIAL;
+    case AccessHint::kRandom:
+      return MADV_RANDOM;
+    case AccessHint::kWillNeed:
+      return MADV_WILLNEED;
+    case AccessHint::kNormal:
+      break;
   }
   return MADV_NORMAL;
 }

@@ -25,8 +25,12 @@ std::atomic<int>& level_storage() {
 
 }  // namespace
 
-void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
-LogLevel log_level() { return static_cast<LogLevel>(level_storage().load()); }
+void set_log_level(LogLevel level) {
+  level_storage().store(static_cast<int>(level));
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(level_storage().load());
+}
 
 void log_write(LogLevel level, std::string_view message) {
   static constexpr const char* kNames[] = {"error", "warn", "info", "debug"};

@@ -54,7 +54,9 @@ std::string to_hex(const uint8_t* data, size_t size_bytes) {
   return s;
 }
 
-std::string sha256_hex(std::string_view bytes) { return to_hex(sha256(bytes.data(), bytes.size())); }
+std::string sha256_hex(std::string_view bytes) {
+  return to_hex(sha256(bytes.data(), bytes.size()));
+}
 
 Result<Sha256Digest> parse_sha256_hex(std::string_view hex) {
   if (hex.size() != 64) {

@@ -36,7 +36,9 @@ class Sha256 {
 
 Sha256Digest sha256(const void* data, size_t size_bytes);
 std::string to_hex(const uint8_t* data, size_t size_bytes);
-inline std::string to_hex(const Sha256Digest& d) { return to_hex(d.data(), d.size()); }
+inline std::string to_hex(const Sha256Digest& d) {
+  return to_hex(d.data(), d.size());
+}
 std::string sha256_hex(std::string_view bytes);
 // Parses 64 hex characters (either case).
 Result<Sha256Digest> parse_sha256_hex(std::string_view hex);

@@ -7,21 +7,36 @@ namespace power {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kAlreadyExists: return "already_exists";
-    case StatusCode::kCorrupt: return "corrupt";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kOutOfRange: return "out_of_range";
-    case StatusCode::kIo: return "io_error";
-    case StatusCode::kIntegrity: return "integrity";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kDoesNotFit: return "does_not_fit";
-    case StatusCode::kQueueFull: return "queue_full";
-    case StatusCode::kDeadlineExceeded: return "deadline_exceeded";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kAlreadyExists:
+      return "already_exists";
+    case StatusCode::kCorrupt:
+      return "corrupt";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kOutOfRange:
+      return "out_of_range";
+    case StatusCode::kIo:
+      return "io_error";
+    case StatusCode::kIntegrity:
+      return "integrity";
+    case StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case StatusCode::kDoesNotFit:
+      return "does_not_fit";
+    case StatusCode::kQueueFull:
+      return "queue_full";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -21,8 +21,8 @@ namespace power {
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kInvalidArgument,    // the caller passed something unusable
-  kNotFound,           // a named thing (file, tensor, key, model) does not exist
+  kInvalidArgument,  // the caller passed something unusable
+  kNotFound,         // a named thing (file, tensor, key, model) does not exist
   kAlreadyExists,
   kCorrupt,            // bytes that do not parse: truncated or malformed file
   kUnsupported,        // well-formed but not something Power implements
@@ -83,7 +83,7 @@ Status make_error(StatusCode code, fmt::format_string<Args...> f, Args&&... args
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).ok()) {
       v_ = Status(StatusCode::kInternal, "Result constructed from an ok Status");
@@ -115,29 +115,29 @@ class [[nodiscard]] Result {
 }  // namespace power
 
 // Internal invariant: aborts with file/line. Never use for input validation.
-#define POWER_CHECK(cond)                                                       \
-  do {                                                                          \
-    if (!(cond)) ::power::check_failed(#cond, __FILE__, __LINE__, nullptr);    \
+#define POWER_CHECK(cond)                                                   \
+  do {                                                                      \
+    if (!(cond)) ::power::check_failed(#cond, __FILE__, __LINE__, nullptr); \
   } while (0)
-#define POWER_CHECK_MSG(cond, msg)                                              \
-  do {                                                                          \
-    if (!(cond)) ::power::check_failed(#cond, __FILE__, __LINE__, (msg));      \
+#define POWER_CHECK_MSG(cond, msg)                                        \
+  do {                                                                    \
+    if (!(cond)) ::power::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)
 
 #define POWER_CONCAT_INNER(a, b) a##b
 #define POWER_CONCAT(a, b) POWER_CONCAT_INNER(a, b)
 
 // Returns early with the Status if it is not ok.
-#define POWER_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::power::Status _power_st = (expr);          \
-    if (!_power_st.ok()) return _power_st;       \
+#define POWER_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    ::power::Status _power_st = (expr);    \
+    if (!_power_st.ok()) return _power_st; \
   } while (0)
 
 // POWER_ASSIGN_OR_RETURN(auto x, f()); returns the Status of f() if it failed.
 #define POWER_ASSIGN_OR_RETURN(lhs, expr) \
   POWER_ASSIGN_OR_RETURN_IMPL(POWER_CONCAT(_power_res_, __LINE__), lhs, expr)
-#define POWER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                \
+#define POWER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)   \
+  auto tmp = (expr);                                  \
   if (!tmp.ok()) return std::move(tmp).take_status(); \
   lhs = std::move(tmp).value()

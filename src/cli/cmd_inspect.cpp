@@ -126,9 +126,9 @@ void run_tensor(const std::string& path, const std::string& name, bool dequant,
   std::vector<float> values(t->n_elements());
   Status st = dequantize_row(t->type, t->data, values.data(), static_cast<int64_t>(values.size()));
   if (!st.ok()) return report_error(std::move(st).with("tensor", name));
-  st = write_file_atomic(out_path, std::span<const uint8_t>(
-                                       reinterpret_cast<const uint8_t*>(values.data()),
-                                       values.size() * sizeof(float)));
+  st = write_file_atomic(out_path,
+                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
+                                                  values.size() * sizeof(float)));
   if (!st.ok()) return report_error(st);
   std::fprintf(stderr, "wrote %zu f32 values of %s (%s %s) to %s\n", values.size(), name.c_str(),
                std::string(ggml_type_name(t->type)).c_str(), shape_text(t->ne).c_str(),

@@ -21,22 +21,38 @@ namespace {
 // K-quants, which is what an all-one-type K-quant file is called there).
 std::optional<uint32_t> file_type_of(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q4_1: return 3;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::Q5_0: return 8;
-    case GgmlType::Q5_1: return 9;
-    case GgmlType::Q2_K: return 10;
-    case GgmlType::Q3_K: return 11;
-    case GgmlType::Q4_K: return 14;
-    case GgmlType::Q5_K: return 16;
-    case GgmlType::Q6_K: return 18;
-    case GgmlType::IQ4_NL: return 25;
-    case GgmlType::IQ4_XS: return 30;
-    case GgmlType::BF16: return 32;
-    default: return std::nullopt;
+    case GgmlType::F32:
+      return 0;
+    case GgmlType::F16:
+      return 1;
+    case GgmlType::Q4_0:
+      return 2;
+    case GgmlType::Q4_1:
+      return 3;
+    case GgmlType::Q8_0:
+      return 7;
+    case GgmlType::Q5_0:
+      return 8;
+    case GgmlType::Q5_1:
+      return 9;
+    case GgmlType::Q2_K:
+      return 10;
+    case GgmlType::Q3_K:
+      return 11;
+    case GgmlType::Q4_K:
+      return 14;
+    case GgmlType::Q5_K:
+      return 16;
+    case GgmlType::Q6_K:
+      return 18;
+    case GgmlType::IQ4_NL:
+      return 25;
+    case GgmlType::IQ4_XS:
+      return 30;
+    case GgmlType::BF16:
+      return 32;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -44,16 +60,22 @@ std::optional<GgmlType> fallback_of(GgmlType type) {
   switch (type) {
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
-    case GgmlType::IQ4_XS: return GgmlType::IQ4_NL;
-    case GgmlType::Q4_K: return GgmlType::Q5_0;
-    case GgmlType::Q5_K: return GgmlType::Q5_1;
-    case GgmlType::Q6_K: return GgmlType::Q8_0;
-    default: return GgmlType::F16;
+    case GgmlType::IQ4_XS:
+      return GgmlType::IQ4_NL;
+    case GgmlType::Q4_K:
+      return GgmlType::Q5_0;
+    case GgmlType::Q5_K:
+      return GgmlType::Q5_1;
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_0;
+    default:
+      return GgmlType::F16;
   }
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // A weight matrix in llama.cpp's sense: 2-D, named *.weight, not a norm or an embedding of
@@ -66,7 +88,9 @@ bool is_weight_matrix(const GgufTensor& t) {
   return true;
 }
 
-bool row_fits(GgmlType type, uint64_t row) { return row % ggml_type_info(type).block_elems == 0; }
+bool row_fits(GgmlType type, uint64_t row) {
+  return row % ggml_type_info(type).block_elems == 0;
+}
 
 // Writes tensor t requantized to `to` into out (exactly the bytes the new type needs).
 Status requantize(const GgufTensor& t, GgmlType to, ThreadPool& pool, std::span<uint8_t> out) {
@@ -84,11 +108,11 @@ Status requantize(const GgufTensor& t, GgmlType to, ThreadPool& pool, std::span<
   pool.parallel_for(rows, [&](size_t begin, size_t end, int thread) {
     std::vector<float> buf(row);
     for (size_t r = begin; r < end && errors[thread].ok(); ++r) {
-      Status st = dequantize_row(t.type, t.data + r * src_row_bytes, buf.data(),
-                                 static_cast<int64_t>(row));
+      Status st =
+          dequantize_row(t.type, t.data + r * src_row_bytes, buf.data(), static_cast<int64_t>(row));
       if (st.ok()) {
-        st = quantize_row(to, buf.data(), out.data() + r * dst_row_bytes,
-                          static_cast<int64_t>(row));
+        st =
+            quantize_row(to, buf.data(), out.data() + r * dst_row_bytes, static_cast<int64_t>(row));
       }
       if (!st.ok()) errors[thread] = std::move(st).with("tensor", t.name).with("row", r);
     }
@@ -130,7 +154,8 @@ void run_quantize(const std::string& in_path, const std::string& out_path,
       if (row_fits(*target, t.ne[0])) {
         to = *target;
       } else if (!pure) {
-        for (auto f = fallback_of(*target); f; f = (*f == GgmlType::F16 ? std::nullopt : fallback_of(*f))) {
+        for (auto f = fallback_of(*target); f;
+             f = (*f == GgmlType::F16 ? std::nullopt : fallback_of(*f))) {
           if (row_fits(*f, t.ne[0])) {
             to = *f;
             break;
@@ -153,28 +178,29 @@ void run_quantize(const std::string& in_path, const std::string& out_path,
       }
       out_bytes *= t.rows();
       const GgmlType dst = *to;
-      st = writer.add_tensor_deferred(
-          t.name, dst, t.ne,
-          [&t, dst, &pool](std::span<uint8_t> out) { return requantize(t, dst, pool, out); });
+      st = writer.add_tensor_deferred(t.name, dst, t.ne, [&t, dst, &pool](std::span<uint8_t> out) {
+        return requantize(t, dst, pool, out);
+      });
       ++n_quantized;
     } else {
       to = t.type;
-      st = writer.add_tensor_view(t.name, t.type, t.ne, std::span<const uint8_t>(t.data, t.n_bytes));
+      st =
+          writer.add_tensor_view(t.name, t.type, t.ne, std::span<const uint8_t>(t.data, t.n_bytes));
       ++n_copied;
     }
     if (!st.ok()) return report_error(st);
     std::fprintf(stderr, "  %-40s %-6s -> %-6s %10llu bytes\n", t.name.c_str(),
                  std::string(ggml_type_name(t.type)).c_str(),
-                 std::string(ggml_type_name(*to)).c_str(), static_cast<unsigned long long>(out_bytes));
+                 std::string(ggml_type_name(*to)).c_str(),
+                 static_cast<unsigned long long>(out_bytes));
     bytes_in += t.n_bytes;
     bytes_out += out_bytes;
   }
   Status st = writer.write(out_path);
   if (!st.ok()) return report_error(st);
-  std::fprintf(stderr,
-               "quantized %d tensors, copied %d; tensor data %.2f MiB -> %.2f MiB; wrote %s\n",
-               n_quantized, n_copied, bytes_in / 1048576.0, bytes_out / 1048576.0,
-               out_path.c_str());
+  std::fprintf(
+      stderr, "quantized %d tensors, copied %d; tensor data %.2f MiB -> %.2f MiB; wrote %s\n",
+      n_quantized, n_copied, bytes_in / 1048576.0, bytes_out / 1048576.0, out_path.c_str());
 }
 
 }  // namespace

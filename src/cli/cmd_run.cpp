@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
-#include "chat/chat_template.h"
 #include "base/log.h"
+#include "chat/chat_template.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "engine/generate.h"
@@ -99,9 +99,9 @@ Result<RunSession> prepare(RunOptions& o) {
                  "threads: %d\n",
                  hp.arch.c_str(), static_cast<long long>(hp.n_layer),
                  static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_vocab),
-                 static_cast<long long>(n_ctx), s.kv->bytes_total() / 1048576.0,
-                 o.kv_type.c_str(), s.ws->bytes() / 1048576.0,
-                 model.file().file_size() / 1048576.0, s.ws->cpu.n_threads());
+                 static_cast<long long>(n_ctx), s.kv->bytes_total() / 1048576.0, o.kv_type.c_str(),
+                 s.ws->bytes() / 1048576.0, model.file().file_size() / 1048576.0,
+                 s.ws->cpu.n_threads());
   }
   s.gp.max_tokens = o.n_predict;
   s.gp.stop = o.stop;
@@ -143,7 +143,8 @@ Result<std::string> generate_once(RunSession& s, const std::string& text, bool a
 // --chat: the model's chat template over the conversation so far. With -p, one user turn;
 // otherwise every line of standard input is a user turn, answered in order until EOF.
 Status run_chat(RunSession& s, const RunOptions& o) {
-  POWER_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, chat::ChatTemplate::from_gguf(s.lm.model->file()));
+  POWER_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl,
+                         chat::ChatTemplate::from_gguf(s.lm.model->file()));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   const text::Tokenizer& tok = *s.lm.tokenizer;
@@ -219,8 +220,9 @@ void run_logits(const std::string& path, const std::string& ids_text, const std:
   std::vector<float> logits(static_cast<size_t>(n * model.hparams().n_vocab));
   Status st = model.forward(**ws, std::span<const ForwardChunk>(&chunk, 1), logits.data());
   if (!st.ok()) return report_error(st);
-  st = write_file_atomic(out, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(logits.data()),
-                                                       logits.size() * sizeof(float)));
+  st = write_file_atomic(out,
+                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(logits.data()),
+                                                  logits.size() * sizeof(float)));
   if (!st.ok()) return report_error(st);
   std::fprintf(stderr, "wrote logits [%lld x %lld] f32 to %s\n", static_cast<long long>(n),
                static_cast<long long>(model.hparams().n_vocab), out.c_str());
@@ -237,7 +239,8 @@ void add_run_commands(CLI::App& app) {
                 "Apply the model's chat template: -p is one user turn, else each stdin line is");
   run->add_option("--system", o.system, "System message for --chat");
   run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate (-1: until EOS or context)");
-  run->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  run->add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")
+      ->capture_default_str();
   run->add_option("--top-k", o.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
   run->add_option("--top-p", o.sampling.top_p, "Top-p (1 = off)")->capture_default_str();
   run->add_option("--min-p", o.sampling.min_p, "Min-p (0 = off)")->capture_default_str();

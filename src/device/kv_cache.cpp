@@ -124,16 +124,18 @@ void KvCache::write_v(int layer, int block, int slot, const float* v) {
 }
 
 void KvCache::read_k(int layer, int block, int slot, int head, float* out) const {
-  load(k_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_k * elem_bytes_,
-       out, cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
+  load(k_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_k * elem_bytes_, out,
+       cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
 }
 
 void KvCache::read_v(int layer, int block, int slot, int head, float* out) const {
-  load(v_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_v * elem_bytes_,
-       out, cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
+  load(v_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_v * elem_bytes_, out,
+       cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
 }
 
-KvSequence::~KvSequence() { truncate(0); }
+KvSequence::~KvSequence() {
+  truncate(0);
+}
 
 int KvSequence::capacity_tokens() const {
   return static_cast<int>(blocks_.size()) * block_tokens();

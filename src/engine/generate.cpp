@@ -7,9 +7,12 @@ namespace power {
 
 std::string_view finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -58,7 +61,8 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt,
   for (size_t begin = 0; begin < prompt.size();) {
     size_t n = std::min(prompt.size() - begin, static_cast<size_t>(ws_.max_tokens));
     ForwardChunk chunk{&seq, prompt.subspan(begin, n), false};
-    POWER_RETURN_IF_ERROR(model_.forward(ws_, std::span<const ForwardChunk>(&chunk, 1), logits.data()));
+    POWER_RETURN_IF_ERROR(
+        model_.forward(ws_, std::span<const ForwardChunk>(&chunk, 1), logits.data()));
     begin += n;
   }
   auto t1 = clock::now();
@@ -109,7 +113,8 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt,
     if (seq.n_tokens() >= ws_.n_ctx) break;
     const int32_t one[1] = {next};
     ForwardChunk chunk{&seq, std::span<const int32_t>(one, 1), false};
-    POWER_RETURN_IF_ERROR(model_.forward(ws_, std::span<const ForwardChunk>(&chunk, 1), logits.data()));
+    POWER_RETURN_IF_ERROR(
+        model_.forward(ws_, std::span<const ForwardChunk>(&chunk, 1), logits.data()));
   }
   if (!stopped_by_string) {
     detok.finish(pending);

@@ -82,7 +82,8 @@ int32_t Sampler::sample(const float* logits) {
   // llama2.c does, so seeded draws reproduce it), then sorted by probability (stable: ties
   // keep the lower id first) and cut to top-k.
   float max_logit = -INFINITY;
-  for (int64_t i = 0; i < n_vocab_; ++i) max_logit = std::max(max_logit, logits_[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n_vocab_; ++i)
+    max_logit = std::max(max_logit, logits_[static_cast<size_t>(i)]);
   if (max_logit == -INFINITY) return 0;  // every token banned: nothing better than id 0
   const float max = max_logit / params_.temperature;
   cand_.clear();

@@ -25,14 +25,14 @@
 namespace power {
 
 struct SamplerParams {
-  float temperature = 0.8f;  // 0: greedy
-  int32_t top_k = 40;        // <= 0: off
-  float top_p = 0.95f;       // >= 1: off
-  float min_p = 0.05f;       // <= 0: off
+  float temperature = 0.8f;     // 0: greedy
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off; logit > 0 divided by it, else multiplied
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
-  int32_t penalty_last_n = 64;  // tokens of history the penalties look at
+  int32_t penalty_last_n = 64;                        // tokens of history the penalties look at
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logit; -inf bans
   uint64_t seed = 0;
 

@@ -79,7 +79,9 @@ std::optional<GgmlType> ggml_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view ggml_type_name(GgmlType type) { return ggml_type_info(type).name; }
+std::string_view ggml_type_name(GgmlType type) {
+  return ggml_type_info(type).name;
+}
 
 bool ggml_row_bytes(GgmlType type, uint64_t n_elems, uint64_t* out_bytes) {
   const GgmlTypeInfo& t = ggml_type_info(type);

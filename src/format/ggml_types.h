@@ -46,10 +46,10 @@ enum class GgmlType : uint32_t {
 
 struct GgmlTypeInfo {
   GgmlType type;
-  std::string_view name;     // ggml's name: "q4_K" is written "Q4_K" here, as llama-quantize does
-  uint32_t block_elems;      // elements per block (1 for plain types)
-  uint32_t block_bytes;      // bytes per block
-  bool dequant_supported;    // Power can turn it into f32 (tensor/quant.h)
+  std::string_view name;   // ggml's name: "q4_K" is written "Q4_K" here, as llama-quantize does
+  uint32_t block_elems;    // elements per block (1 for plain types)
+  uint32_t block_bytes;    // bytes per block
+  bool dequant_supported;  // Power can turn it into f32 (tensor/quant.h)
 };
 
 // The entry for a raw id, or nullopt when the id is not a known ggml type.

@@ -94,8 +94,8 @@ Result<Llama2cConvertStats> convert_llama2c(const std::string& model_path,
   }
   const uint64_t dim = s.dim, ff = s.hidden_dim, L = s.n_layers, V = s.vocab_size;
   const uint64_t head = dim / s.n_heads, kv_dim = head * s.n_kv_heads;
-  const uint64_t floats = V * dim + L * dim + L * dim * dim + 2 * L * dim * kv_dim +
-                          L * dim * dim + L * dim + 3 * L * dim * ff + dim +
+  const uint64_t floats = V * dim + L * dim + L * dim * dim + 2 * L * dim * kv_dim + L * dim * dim +
+                          L * dim + 3 * L * dim * ff + dim +
                           static_cast<uint64_t>(s.seq_len) * head +
                           (s.shared_classifier ? 0 : V * dim);
   if (floats * 4 != r.remaining()) {

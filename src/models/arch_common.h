@@ -15,10 +15,10 @@ namespace power {
 
 struct DecoderLayer {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> bq, bk, bv, bo;            // optional biases (empty when absent)
-  std::vector<float> q_norm, k_norm;            // qwen3 per-head norms
-  TensorView wq, wk, wv, wqkv, wo;              // wqkv: fused (phi3)
-  TensorView w_gate, w_up, w_down, w_gate_up;   // w_gate_up: fused (phi3)
+  std::vector<float> bq, bk, bv, bo;           // optional biases (empty when absent)
+  std::vector<float> q_norm, k_norm;           // qwen3 per-head norms
+  TensorView wq, wk, wv, wqkv, wo;             // wqkv: fused (phi3)
+  TensorView w_gate, w_up, w_down, w_gate_up;  // w_gate_up: fused (phi3)
 };
 
 // Binds token_embd, output_norm and output (tied to token_embd when the file has none).

@@ -13,7 +13,9 @@ Workspace::Workspace(const ModelHparams& hp, int64_t max_tokens_, int64_t n_ctx_
           n_ctx_),
       max_tokens(max_tokens_),
       n_ctx(n_ctx_) {
-  auto rows = [&](int64_t width) { return std::vector<float>(static_cast<size_t>(max_tokens * width)); };
+  auto rows = [&](int64_t width) {
+    return std::vector<float>(static_cast<size_t>(max_tokens * width));
+  };
   x = rows(hp.n_embd);
   xn = rows(hp.n_embd);
   q = rows(hp.n_head * hp.head_dim_k);
@@ -23,8 +25,9 @@ Workspace::Workspace(const ModelHparams& hp, int64_t max_tokens_, int64_t n_ctx_
   ff_a = rows(hp.n_ff);
   ff_b = rows(hp.n_ff);
   // Fused projections (phi3's qkv and gate|up) land here before they are split.
-  fused = rows(std::max(hp.n_head * hp.head_dim_k + 2 * hp.n_head_kv * std::max(hp.head_dim_k, hp.head_dim_v),
-                        2 * hp.n_ff));
+  fused = rows(std::max(
+      hp.n_head * hp.head_dim_k + 2 * hp.n_head_kv * std::max(hp.head_dim_k, hp.head_dim_v),
+      2 * hp.n_ff));
   pos.assign(static_cast<size_t>(max_tokens), 0);
   chunk_of.assign(static_cast<size_t>(max_tokens), 0);
 }
@@ -45,8 +48,8 @@ std::vector<float> to_f32(const TensorView& view) {
   return out;
 }
 
-void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, float* out,
-               int64_t n, float eps) {
+void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, float* out, int64_t n,
+               float eps) {
   for (int64_t t = 0; t < ws.n_tokens; ++t) {
     rms_norm(in + t * n, w.empty() ? nullptr : w.data(), out + t * n, n, eps);
   }

@@ -41,8 +41,8 @@ namespace decoder {
 std::vector<float> to_f32(const TensorView& view);
 
 // out[t] = rms_norm(in[t]) * w for every token row (width n).
-void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, float* out,
-               int64_t n, float eps);
+void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, float* out, int64_t n,
+               float eps);
 // out[t] = W in[t] (+ bias) for every token row; in has width W.ne[0], out W.ne[1].
 void linear(Workspace& ws, const TensorView& w, const std::vector<float>& bias, const float* in,
             float* out);

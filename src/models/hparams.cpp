@@ -48,22 +48,22 @@ Result<ModelHparams> read_decoder_hparams(const GgufFile& f, const std::string& 
   POWER_ASSIGN_OR_RETURN(hp.n_layer, required_int(f, p + "block_count", 1, 4096));
   POWER_ASSIGN_OR_RETURN(hp.n_ff, required_int(f, p + "feed_forward_length", 1, kMaxDim));
   POWER_ASSIGN_OR_RETURN(hp.n_head, required_int(f, p + "attention.head_count", 1, 65536));
-  POWER_ASSIGN_OR_RETURN(hp.n_head_kv, optional_int(f, p + "attention.head_count_kv", hp.n_head,
-                                                    1, hp.n_head));
+  POWER_ASSIGN_OR_RETURN(hp.n_head_kv,
+                         optional_int(f, p + "attention.head_count_kv", hp.n_head, 1, hp.n_head));
   if (hp.n_head % hp.n_head_kv != 0) {
     return Status(StatusCode::kInvalidArgument, "head_count is not a multiple of head_count_kv")
         .with("head_count", hp.n_head)
         .with("head_count_kv", hp.n_head_kv);
   }
-  POWER_ASSIGN_OR_RETURN(hp.n_ctx_train, optional_int(f, p + "context_length", 2048, 1,
-                                                      int64_t{1} << 30));
+  POWER_ASSIGN_OR_RETURN(hp.n_ctx_train,
+                         optional_int(f, p + "context_length", 2048, 1, int64_t{1} << 30));
   const int64_t default_head = hp.n_embd / hp.n_head;
   POWER_ASSIGN_OR_RETURN(hp.head_dim_k,
                          optional_int(f, p + "attention.key_length", default_head, 1, 65536));
   POWER_ASSIGN_OR_RETURN(hp.head_dim_v,
                          optional_int(f, p + "attention.value_length", default_head, 1, 65536));
-  POWER_ASSIGN_OR_RETURN(int64_t n_rot, optional_int(f, p + "rope.dimension_count",
-                                                     hp.head_dim_k, 0, hp.head_dim_k));
+  POWER_ASSIGN_OR_RETURN(
+      int64_t n_rot, optional_int(f, p + "rope.dimension_count", hp.head_dim_k, 0, hp.head_dim_k));
   if (n_rot % 2 != 0) {
     return Status(StatusCode::kInvalidArgument, "rope.dimension_count must be even")
         .with("key", p + "rope.dimension_count");
@@ -71,18 +71,20 @@ Result<ModelHparams> read_decoder_hparams(const GgufFile& f, const std::string& 
   hp.n_rot = static_cast<int>(n_rot);
   POWER_ASSIGN_OR_RETURN(double base, optional_float(f, p + "rope.freq_base", 10000.0, 1e-3, 1e12));
   hp.rope_freq_base = static_cast<float>(base);
-  POWER_ASSIGN_OR_RETURN(double eps, optional_float(f, p + "attention.layer_norm_rms_epsilon",
-                                                    1e-5, 0.0, 1.0));
+  POWER_ASSIGN_OR_RETURN(double eps,
+                         optional_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0));
   hp.rms_eps = static_cast<float>(eps);
 
   std::string scaling = "none";
   if (f.find(p + "rope.scaling.type") != nullptr) {
     POWER_ASSIGN_OR_RETURN(scaling, f.get_string(p + "rope.scaling.type"));
   }
-  POWER_ASSIGN_OR_RETURN(double factor, optional_float(f, p + "rope.scaling.factor", 0.0, 0.0, 1e6));
+  POWER_ASSIGN_OR_RETURN(double factor,
+                         optional_float(f, p + "rope.scaling.factor", 0.0, 0.0, 1e6));
   if (factor == 0.0) {
     // Older files carry the linear scale directly.
-    POWER_ASSIGN_OR_RETURN(double linear, optional_float(f, p + "rope.scale_linear", 0.0, 0.0, 1e6));
+    POWER_ASSIGN_OR_RETURN(double linear,
+                           optional_float(f, p + "rope.scale_linear", 0.0, 0.0, 1e6));
     factor = linear;
   }
   if (scaling == "linear") {

@@ -62,8 +62,7 @@ Status Model::forward(Workspace& ws, std::span<const ForwardChunk> chunks, float
         .with("max", ws.max_tokens);
   }
   for (const ForwardChunk& ch : chunks) {
-    POWER_RETURN_IF_ERROR(
-        ch.seq->reserve(ch.seq->n_tokens() + static_cast<int>(ch.tokens.size())));
+    POWER_RETURN_IF_ERROR(ch.seq->reserve(ch.seq->n_tokens() + static_cast<int>(ch.tokens.size())));
   }
   ws.chunks = chunks;
   ws.n_tokens = total;

@@ -83,7 +83,6 @@ class Model {
   TensorView token_embd_;
   TensorView output_;  // the output head, or token_embd_ when tied
   std::vector<float> output_norm_;
-
 };
 
 // Loads the architecture named by general.architecture (llama, qwen2, qwen3, phi3).

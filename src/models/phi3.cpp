@@ -37,8 +37,7 @@ class Phi3Model final : public Model {
     for (int64_t i = 0; i < hp_.n_layer; ++i) {
       DecoderLayer& L = layers_[static_cast<size_t>(i)];
       L.attn_norm = decoder::to_f32(b.require(tn::layer(i, tn::kAttnNorm), {hp_.n_embd}));
-      L.wqkv = b.require(tn::layer(i, tn::kAttnQkv),
-                         {hp_.n_embd, q_width_ + k_width_ + v_width_});
+      L.wqkv = b.require(tn::layer(i, tn::kAttnQkv), {hp_.n_embd, q_width_ + k_width_ + v_width_});
       L.wo = b.require(tn::layer(i, tn::kAttnOut), {o_width, hp_.n_embd});
       L.ffn_norm = decoder::to_f32(b.require(tn::layer(i, tn::kFfnNorm), {hp_.n_embd}));
       L.w_gate_up = b.require(tn::layer(i, tn::kFfnUp), {hp_.n_embd, 2 * hp_.n_ff});

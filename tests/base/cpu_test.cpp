@@ -19,7 +19,9 @@ TEST(Cpu, AgreesWithProcCpuinfo) {
     }
   }
   if (flags.empty()) GTEST_SKIP() << "no x86 flags line in /proc/cpuinfo";
-  auto has = [&](const std::string& name) { return flags.find(" " + name + " ") != std::string::npos; };
+  auto has = [&](const std::string& name) {
+    return flags.find(" " + name + " ") != std::string::npos;
+  };
   const CpuFeatures& c = cpu_features();
   EXPECT_EQ(c.avx2, has("avx2"));
   EXPECT_EQ(c.fma, has("fma"));

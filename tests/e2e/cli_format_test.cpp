@@ -109,8 +109,8 @@ TEST_F(CliTest, TensorDequantMatchesPeer) {
   for (const char* type : kAllTypes) {
     for (const char* name : {"t0", "t1", "t2"}) {
       std::string out = dir_ + "/" + type + name + ".f32";
-      auto r = run_power({"tensor", quant_dir(type) + "/" + type + ".gguf", name, "--dequant",
-                          "--out", out});
+      auto r = run_power(
+          {"tensor", quant_dir(type) + "/" + type + ".gguf", name, "--dequant", "--out", out});
       ASSERT_EQ(r.exit_code, 0) << type << " " << name << ": " << r.err;
       EXPECT_EQ(testing::read_bytes(out),
                 testing::read_bytes(quant_dir(type) + "/" + name + ".f32"))
@@ -122,8 +122,8 @@ TEST_F(CliTest, TensorDequantMatchesPeer) {
                 testing::read_bytes(quant_dir(type) + "/" + name + ".raw.bin"));
     }
   }
-  auto r = run_power({"tensor", stories_f32(), "no.such.tensor", "--dequant", "--out",
-                      dir_ + "/x.f32"});
+  auto r =
+      run_power({"tensor", stories_f32(), "no.such.tensor", "--dequant", "--out", dir_ + "/x.f32"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no.such.tensor"), std::string::npos);
 }
@@ -143,9 +143,9 @@ double rmse(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_F(CliTest, QuantizeReadsBackWithinPeerError) {
   POWER_REQUIRE_SHARED();
   const std::map<std::string, uint32_t> file_types = {
-      {"F16", 1},  {"BF16", 32}, {"Q4_0", 2},  {"Q4_1", 3},  {"Q5_0", 8},    {"Q5_1", 9},
-      {"Q8_0", 7}, {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16},   {"Q6_K", 18},
-      {"IQ4_NL", 25}, {"IQ4_XS", 30}};
+      {"F16", 1},   {"BF16", 32}, {"Q4_0", 2},    {"Q4_1", 3},   {"Q5_0", 8},
+      {"Q5_1", 9},  {"Q8_0", 7},  {"Q2_K", 10},   {"Q3_K", 11},  {"Q4_K", 14},
+      {"Q5_K", 16}, {"Q6_K", 18}, {"IQ4_NL", 25}, {"IQ4_XS", 30}};
   for (const char* type : kAllTypes) {
     SCOPED_TRACE(type);
     GgufWriter w;
@@ -218,7 +218,7 @@ TEST_F(CliTest, QuantizeFallbackAndPure) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto f = GgufFile::open(out);
   ASSERT_TRUE(f.ok());
-  const GgufTensor* wq = (*f)->find_tensor("blk.0.attn_q.weight");  // rows of 64
+  const GgufTensor* wq = (*f)->find_tensor("blk.0.attn_q.weight");      // rows of 64
   const GgufTensor* down = (*f)->find_tensor("blk.0.ffn_down.weight");  // rows of 172
   const GgufTensor* norm = (*f)->find_tensor("blk.0.attn_norm.weight");
   ASSERT_TRUE(wq && down && norm);

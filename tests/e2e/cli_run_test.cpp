@@ -1,9 +1,9 @@
 // Black-box tests of `power run`, `power logits` and `power convert llama2c` on stories260K.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -53,16 +53,16 @@ TEST_F(CliRunTest, RunGreedyEqualsLlama2c) {
 TEST_F(CliRunTest, RunSeededTopPEqualsLlama2c) {
   POWER_REQUIRE_SHARED();
   auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "1",
-                      "--top-p", "0.9", "--top-k", "0", "--min-p", "0", "--seed", "133742",
-                      "--ctx", "512", "--kv-type", "f32"});
+                      "--top-p", "0.9", "--top-k", "0", "--min-p", "0", "--seed", "133742", "--ctx",
+                      "512", "--kv-type", "f32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, read_text(stories("expected_t1.0_p0.9_s133742_n256.txt")));
 }
 
 TEST_F(CliRunTest, RunWithPromptAndStop) {
   POWER_REQUIRE_SHARED();
-  auto r = run_power({"run", "-m", stories("stories260K-F16.gguf"), "-p", "Once upon a time",
-                      "-n", "64", "--temp", "0", "--stop", "Lily."});
+  auto r = run_power({"run", "-m", stories("stories260K-F16.gguf"), "-p", "Once upon a time", "-n",
+                      "64", "--temp", "0", "--stop", "Lily."});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, ", there was a little girl named \n");
   EXPECT_NE(r.err.find("finish: stop"), std::string::npos);
@@ -85,15 +85,15 @@ TEST_F(CliRunTest, RunChatUsesTheTemplate) {
   const std::string model = dir_ + "/templated.gguf";
   ASSERT_TRUE(w.write(model).ok());
   auto plain = run_power({"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"});
-  auto chat = run_power({"run", "-m", model, "--chat", "-p", "Once upon a time", "-n", "24",
-                         "--temp", "0"});
+  auto chat = run_power(
+      {"run", "-m", model, "--chat", "-p", "Once upon a time", "-n", "24", "--temp", "0"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_EQ(chat.out, plain.out);
   EXPECT_NE(plain.out.find("there was a little girl"), std::string::npos) << plain.out;
 
-  auto chatml = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--chat", "-p", "Hi",
-                           "-n", "4", "--temp", "0"});
+  auto chatml = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--chat", "-p", "Hi", "-n",
+                           "4", "--temp", "0"});
   ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
   EXPECT_NE(chatml.err.find("ChatML"), std::string::npos) << chatml.err;
 }
@@ -118,7 +118,8 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
   for (char& c : ids) c = (c == ' ' ? ',' : c);
   while (!ids.empty() && (ids.back() == '\n' || ids.back() == ',')) ids.pop_back();
   std::string out = dir_ + "/logits.f32";
-  auto r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", ids, "--out", out});
+  auto r =
+      run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", ids, "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto ours = testing::read_f32(out);
   auto peer = testing::read_f32(testing::shared_dir() +
@@ -126,7 +127,8 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
   ASSERT_EQ(ours.size(), 48u * 512u);
   ASSERT_EQ(ours.size(), peer.size());
   double max_abs = 0;
-  for (size_t i = 0; i < ours.size(); ++i) max_abs = std::max(max_abs, std::fabs(double(ours[i]) - peer[i]));
+  for (size_t i = 0; i < ours.size(); ++i)
+    max_abs = std::max(max_abs, std::fabs(double(ours[i]) - peer[i]));
   std::printf("  stories260K-F32 logits: max |ours - peer| = %.3g\n", max_abs);
   EXPECT_LE(max_abs, 1e-3);
   for (int row = 0; row < 48; ++row) {
@@ -134,7 +136,8 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
     auto b = std::max_element(peer.begin() + row * 512, peer.begin() + (row + 1) * 512);
     EXPECT_EQ(a - ours.begin(), b - peer.begin()) << "row " << row;
   }
-  r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", "1,2,99999", "--out", out});
+  r = run_power(
+      {"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", "1,2,99999", "--out", out});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("token id out of range"), std::string::npos) << r.err;
   r = run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", "1,x", "--out", out});
@@ -147,7 +150,8 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
 TEST_F(CliRunTest, ConvertLlama2cMatchesThePeersFile) {
   POWER_REQUIRE_SHARED();
   std::string out = dir_ + "/converted.gguf";
-  auto r = run_power({"convert", "llama2c", stories("stories260K.bin"), stories("tok512.bin"), out});
+  auto r =
+      run_power({"convert", "llama2c", stories("stories260K.bin"), stories("tok512.bin"), out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto ours = GgufFile::open(out);
   auto peer = GgufFile::open(stories("stories260K-F32.gguf"));

@@ -11,7 +11,9 @@ extern char** environ;
 
 namespace power::testing {
 
-std::string power_binary() { return POWER_BINARY; }
+std::string power_binary() {
+  return POWER_BINARY;
+}
 
 RunResult run_power(const std::vector<std::string>& args) {
   RunResult r;

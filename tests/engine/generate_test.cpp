@@ -114,7 +114,8 @@ TEST(Generate, GreedyWithPromptEqualsLlamaCppForEveryQuantization) {
   POWER_REQUIRE_SHARED();
   const std::string expected =
       read_text(stories("expected_llama-cli_greedy_prompt-Once-upon-a-time_n64.txt"));
-  const auto prompt = read_ids(testing::shared_dir() + "/fixtures/models/stories260K/greedy_prompt.txt");
+  const auto prompt =
+      read_ids(testing::shared_dir() + "/fixtures/models/stories260K/greedy_prompt.txt");
   ASSERT_EQ(prompt, (std::vector<int32_t>{1, 403, 407, 261, 378}));
   for (const char* f : {"stories260K-F32.gguf", "stories260K-F16.gguf",
                         "stories260K-ftypeQ6_K_fallback-Q8_0-F16.gguf",

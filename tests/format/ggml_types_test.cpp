@@ -7,11 +7,14 @@ namespace {
 
 // Bytes per block from the fixtures README table (llama.cpp's ggml type traits).
 TEST(GgmlTypes, BlockLayoutsMatchThePeer) {
-  struct Row { const char* name; uint32_t id, elems, bytes; };
-  const Row rows[] = {{"F16", 1, 1, 2},       {"BF16", 30, 1, 2},     {"Q4_0", 2, 32, 18},
-                      {"Q4_1", 3, 32, 20},    {"Q5_0", 6, 32, 22},    {"Q5_1", 7, 32, 24},
-                      {"Q8_0", 8, 32, 34},    {"Q2_K", 10, 256, 84},  {"Q3_K", 11, 256, 110},
-                      {"Q4_K", 12, 256, 144}, {"Q5_K", 13, 256, 176}, {"Q6_K", 14, 256, 210},
+  struct Row {
+    const char* name;
+    uint32_t id, elems, bytes;
+  };
+  const Row rows[] = {{"F16", 1, 1, 2},       {"BF16", 30, 1, 2},      {"Q4_0", 2, 32, 18},
+                      {"Q4_1", 3, 32, 20},    {"Q5_0", 6, 32, 22},     {"Q5_1", 7, 32, 24},
+                      {"Q8_0", 8, 32, 34},    {"Q2_K", 10, 256, 84},   {"Q3_K", 11, 256, 110},
+                      {"Q4_K", 12, 256, 144}, {"Q5_K", 13, 256, 176},  {"Q6_K", 14, 256, 210},
                       {"IQ4_NL", 20, 32, 18}, {"IQ4_XS", 23, 256, 136}};
   for (const Row& r : rows) {
     auto info = ggml_type_info(r.id);

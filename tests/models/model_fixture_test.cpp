@@ -46,7 +46,8 @@ struct Diff {
 Diff compare(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
   Diff d;
   const int64_t rows = static_cast<int64_t>(a.size()) / n_vocab;
-  for (size_t i = 0; i < a.size(); ++i) d.max_abs = std::max(d.max_abs, std::fabs(double(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    d.max_abs = std::max(d.max_abs, std::fabs(double(a[i]) - b[i]));
   for (int64_t r = 0; r < rows; ++r) {
     d.top1_agree += argmax(&a[r * n_vocab], n_vocab) == argmax(&b[r * n_vocab], n_vocab);
   }
@@ -94,7 +95,8 @@ std::vector<int32_t> greedy(Loaded& l, const std::vector<int32_t>& tokens, int n
   std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 16);
   ForwardChunk chunk{&seq, prompt, false};
   std::vector<int32_t> out;
-  EXPECT_TRUE(l.model->forward(*l.ws, std::span<const ForwardChunk>(&chunk, 1), logits.data()).ok());
+  EXPECT_TRUE(
+      l.model->forward(*l.ws, std::span<const ForwardChunk>(&chunk, 1), logits.data()).ok());
   for (int i = 0; i < n; ++i) {
     int32_t next = argmax(logits.data(), n_vocab);
     out.push_back(next);
@@ -171,9 +173,9 @@ TEST_P(ArchFixture, F16KvCacheMatchesPeerDefault) {
   Diff vs_peer = compare(ours, peer, n_vocab);
   Diff vs_exact = compare(ours, exact, n_vocab);
   Diff peer_exact = compare(peer, exact, n_vocab);
-  std::printf("  %s-F32 kv f16: vs peer-kvf16 max %.3g top1 %d/48 | vs exact %.3g | peer vs exact %.3g\n",
-              arch.c_str(), vs_peer.max_abs, vs_peer.top1_agree, vs_exact.max_abs,
-              peer_exact.max_abs);
+  std::printf(
+      "  %s-F32 kv f16: vs peer-kvf16 max %.3g top1 %d/48 | vs exact %.3g | peer vs exact %.3g\n",
+      arch.c_str(), vs_peer.max_abs, vs_peer.top1_agree, vs_exact.max_abs, peer_exact.max_abs);
   EXPECT_LE(vs_exact.max_abs, 1.25 * peer_exact.max_abs + 2e-3);
   EXPECT_EQ(vs_peer.top1_agree, 48);
 }
@@ -197,7 +199,8 @@ TEST(ModelLoad, ErrorsNameTheTensor) {
     w.set(key, kv.value);
   }
   for (const auto& t : (*f)->tensors()) {
-    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.n_bytes)).ok());
+    ASSERT_TRUE(
+        w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.n_bytes)).ok());
   }
   std::string dir = testing::make_temp_dir("power-model");
   ASSERT_TRUE(w.write(dir + "/x.gguf").ok());
