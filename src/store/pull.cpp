@@ -207,6 +207,17 @@ Result<ManifestPart> Puller::pull_pinned(const PartPlan& p) {
     return part;
   }
   const std::string blob = layout_.blob_path(digest);
+  if (check.state == BlobState::kCorrupt && p.size_bytes && check.size_bytes != *p.size_bytes) {
+    // Before deleting anything: is the blob wrong, or the expected size?
+    POWER_ASSIGN_OR_RETURN(Sha256Digest actual, sha256_file(blob));
+    if (actual == digest) {
+      return Status(StatusCode::kIntegrity,
+                    "the declared size does not match the stored artifact with this digest")
+          .with("declared_bytes", *p.size_bytes)
+          .with("stored_bytes", check.size_bytes)
+          .with("digest", digest_string(digest));
+    }
+  }
   if (check.state == BlobState::kCorrupt) {
     POWER_LOG_WARN("blob {} is corrupt ({}); fetching it again", blob, check.problem);
     emit_part("rejected", p,

@@ -112,7 +112,20 @@ TEST_F(Processes, KillNineAtRandomMomentsNeverCorruptsTheStore) {
   const uint32_t seed = std::random_device{}();
   std::printf("kill -9 trials: seed %u\n", seed);
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> delay_us(0, 60000);
+  // Kill moments span one whole uninterrupted pull (start-up, download, commit, manifest),
+  // measured here so that slow machines and sanitizer builds get the same coverage.
+  auto t0 = std::chrono::steady_clock::now();
+  auto full = testing::run_process(
+      cli({"pull", server_.url("/m.gguf"), "--name", "m", "--sha256", hex, "--progress", "none"}),
+      env());
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const auto full_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ::unlink(layout_.blob_path(digest_of(r.body)).c_str());
+  ::unlink(layout_.manifest_path("m").c_str());
+  std::uniform_int_distribution<int64_t> delay_us(0, full_us * 11 / 10);
+  std::printf("kill -9 trials: an uninterrupted pull takes %.1f ms\n", full_us / 1000.0);
   int committed = 0, killed = 0, finished = 0;
   auto start = std::chrono::steady_clock::now();
   for (int trial = 0; trial < 100; ++trial) {

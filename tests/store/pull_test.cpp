@@ -458,6 +458,20 @@ TEST_F(PullHttp, ExistingBlobIsCheckedBeforeReuse) {
   EXPECT_EQ(blob_bytes(digest_of(body)), body);
 }
 
+TEST_F(PullHttp, WrongDeclaredSizeNeverDeletesAGoodBlob) {
+  Route r = body_route();
+  const std::string body = r.body;
+  server_.set_route("/m.gguf", r);
+  ASSERT_TRUE(pull_url(server_.url("/m.gguf"), digest_of(body)).ok());
+  server_.clear_log();
+  auto m = pull_url(server_.url("/m.gguf"), digest_of(body), body.size() + 1, "typo");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kIntegrity);
+  EXPECT_NE(m.status().message().find("declared size"), std::string::npos);
+  EXPECT_TRUE(server_.requests().empty());
+  EXPECT_EQ(blob_bytes(digest_of(body)), body);
+}
+
 TEST_F(PullHttp, WriteFailureIsClearAndCommitsNothing) {
   Route r = body_route(300000);
   const std::string body = r.body;
