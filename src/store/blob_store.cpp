@@ -112,6 +112,19 @@ Result<GcResult> collect_garbage_locked(const StoreLayout& layout) {
     }
     ::closedir(locks);
   }
+  // Sidecars whose partial download is gone (a process died between commit and cleanup).
+  if (DIR* staging = ::opendir(layout.staging_dir().c_str())) {
+    while (dirent* e = ::readdir(staging)) {
+      std::string_view n(e->d_name);
+      if (!n.ends_with(".partial.meta")) continue;
+      const std::string meta = layout.staging_dir() + "/" + std::string(n);
+      struct stat st {};
+      if (::stat(meta.substr(0, meta.size() - 5).c_str(), &st) != 0 && errno == ENOENT) {
+        ::unlink(meta.c_str());
+      }
+    }
+    ::closedir(staging);
+  }
   if (!result.removed.empty()) POWER_RETURN_IF_ERROR(fsync_directory(layout.blobs_dir()));
   return result;
 }

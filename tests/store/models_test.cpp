@@ -110,8 +110,14 @@ TEST_F(Models, RemoveKeepsBlobsOtherModelsStillReference) {
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(read_manifest(layout_, "a").ok()) << "nothing is removed when a name is wrong";
 
+  // Staging: a resumable partial with its sidecar stays; an orphaned sidecar goes.
+  const std::string st = layout_.staging_dir();
+  testing::write_text(st + "/url-1.partial", "partial");
+  testing::write_text(st + "/url-1.partial.meta", "{}");
+  testing::write_text(st + "/sha256-2.partial.meta", "{}");
   auto r = remove_models(layout_, {"a"});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(list_dir(st), (std::vector<std::string>{"url-1.partial", "url-1.partial.meta"}));
   EXPECT_EQ(r->removed_models, std::vector<std::string>{"a"});
   ASSERT_EQ(r->garbage.removed.size(), 1u);
   EXPECT_EQ(r->garbage.removed[0].digest, digest_of(orphan));
