@@ -136,7 +136,7 @@ Value f_dictsort(Interpreter& in, const Value& v, CallArgs& args) {
   in.charge(v.obj().size());
   Array pairs;
   for (const auto& [k, val] : v.obj().items) {
-    pairs.push_back(Value::array({Value::string(k), val}, true));
+    pairs.push_back(Value::array({k, val}, true));
   }
   bool cs = a[0].truthy();
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
@@ -149,30 +149,17 @@ Value f_dictsort(Interpreter& in, const Value& v, CallArgs& args) {
 
 Value f_escape(Interpreter& in, const Value& v, CallArgs& args) {
   args.bind("escape", {}, {});
-  std::string out;
-  for (char c : text_of(v)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
+  if (v.is_markup()) return v;  // already safe: never escaped twice
+  std::string out = html_escape(text_of(v));
   in.charge_string(out.size());
-  return Value::string(out);
+  return Value::markup(std::move(out));
+}
+
+Value f_forceescape(Interpreter& in, const Value& v, CallArgs& args) {
+  args.bind("forceescape", {}, {});
+  std::string out = html_escape(text_of(v));
+  in.charge_string(out.size());
+  return Value::markup(std::move(out));
 }
 
 Value f_first(Interpreter& in, const Value& v, CallArgs& args) {
@@ -259,8 +246,7 @@ Value f_items(Interpreter& in, const Value& v, CallArgs& args) {
   if (!v.is_mapping()) throw_error("can only get item pairs from a mapping");
   in.charge(v.obj().size());
   Array out;
-  for (const auto& [k, val] : v.obj().items)
-    out.push_back(Value::array({Value::string(k), val}, true));
+  for (const auto& [k, val] : v.obj().items) out.push_back(Value::array({k, val}, true));
   return Value::array(std::move(out));
 }
 
@@ -296,6 +282,7 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& args) {
 // map(attribute='x', default=...) or map('filter', args...).
 Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
   Array out;
+  if (!v.truthy()) return Value::array();  // jinja2: `if value:` guards the loop
   auto attr = std::find_if(args.keyword.begin(), args.keyword.end(),
                            [](const auto& kv) { return kv.first == "attribute"; });
   if (attr != args.keyword.end()) {
@@ -351,6 +338,7 @@ Value f_min(Interpreter& in, const Value& v, CallArgs& args) {
 // select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...).
 Value select_impl(Interpreter& in, const Value& v, CallArgs& args, bool by_attr, bool keep) {
   if (!args.keyword.empty()) throw_error("select filters take no keyword arguments");
+  if (!v.truthy()) return Value::array();  // jinja2: `if value:` guards the loop
   size_t i = 0;
   Value attribute;
   if (by_attr) {
@@ -432,7 +420,7 @@ Value f_round(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_safe(Interpreter&, const Value& v, CallArgs& args) {
   args.bind("safe", {}, {});
-  return v;
+  return v.is_markup() ? v : Value::markup(text_of(v));
 }
 
 Value f_sort(Interpreter& in, const Value& v, CallArgs& args) {
@@ -569,7 +557,7 @@ constexpr FilterEntry kFilters[] = {
     {"escape", f_escape},
     {"first", f_first},
     {"float", f_float},
-    {"forceescape", f_escape},
+    {"forceescape", f_forceescape},
     {"indent", f_indent},
     {"int", f_int},
     {"items", f_items},

@@ -55,8 +55,8 @@ bool t_iterable(Interpreter&, const Value& v, const std::vector<Value>&) {
 bool t_sequence(Interpreter&, const Value& v, const std::vector<Value>&) {
   return v.is_string() || v.is_array() || v.is_mapping();
 }
-bool t_escaped(Interpreter&, const Value&, const std::vector<Value>&) {
-  return false;
+bool t_escaped(Interpreter&, const Value& v, const std::vector<Value>&) {
+  return v.is_markup();
 }
 
 const Value& test_arg(const std::vector<Value>& args, std::string_view test) {

@@ -47,11 +47,11 @@ std::string Interpreter::render(const Program& program, const Value& context) {
   auto globals = std::make_shared<Scope>();
   Object builtins;
   add_globals(builtins);
-  for (auto& [k, v] : builtins.items) globals->set(k, v);
+  for (auto& [k, v] : builtins.items) globals->set(k.str_ref(), v);
   scope_ = std::make_shared<Scope>();
   scope_->parent = globals;
   if (context.is_object()) {
-    for (const auto& [k, v] : context.obj().items) scope_->set(k, v);
+    for (const auto& [k, v] : context.obj().items) scope_->set(k.to_str(), v);
   }
   top_ = scope_;
   out_.emplace_back();
@@ -385,7 +385,7 @@ Value Interpreter::eval(const Expr& e) {
       Value d = Value::object();
       for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
         Value k = eval(*e.children[i]);
-        d.obj().set(k.to_str(), eval(*e.children[i + 1]));
+        d.obj().set(k, eval(*e.children[i + 1]));
       }
       return d;
     }
@@ -485,7 +485,18 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) {
     throw_error(obj.str_ref().empty() ? "undefined value is not subscriptable" : obj.str_ref());
   }
-  if (obj.is_object() && key.is_string()) {
+  if (obj.is_object() && !obj.is_namespace()) {
+    const Value* v = nullptr;
+    if (key.is_string()) {
+      v = obj.obj().find(key.str_ref());
+    } else if (!key.is_array() || key.is_tuple()) {
+      try {
+        v = obj.obj().find(key);
+      } catch (const JinjaError&) {  // unhashable: jinja2 falls back to an attribute
+      }
+    }
+    if (v != nullptr) return *v;
+  } else if (obj.is_namespace() && key.is_string()) {
     if (const Value* v = obj.obj().find(key.str_ref())) return *v;
   }
   if ((obj.is_array() || obj.is_string()) && (key.is_int() || key.is_bool())) {
@@ -523,7 +534,7 @@ std::vector<Value> Interpreter::iterate(const Value& v) {
       break;
     case Value::Kind::kObject:
       if (v.is_namespace()) throw_error("'Namespace' object is not iterable");
-      for (const auto& kv : v.obj().items) items.push_back(Value::string(kv.first));
+      for (const auto& kv : v.obj().items) items.push_back(kv.first);
       break;
     case Value::Kind::kString:
       for (uint32_t cp : utf8_decode(v.str_ref())) {

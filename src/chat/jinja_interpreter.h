@@ -115,6 +115,8 @@ Value slice_value(Interpreter& in, const Value& v, const Value& start, const Val
 // Python str.strip/lstrip/rstrip; `chars` undefined/none strips whitespace.
 std::string strip_string(const std::string& s, const Value& chars, bool left, bool right);
 std::string ascii_lower(std::string s);
+// markupsafe.escape: & < > " ' become entities.
+std::string html_escape(std::string_view s);
 std::string ascii_upper(std::string s);
 
 }  // namespace power::chat::jinja

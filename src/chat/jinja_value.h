@@ -59,6 +59,9 @@ class Value {
   static Value integer(int64_t i);
   static Value number(double f);
   static Value string(std::string s);
+  // A string marked safe (Python's markupsafe.Markup, from `|safe` or `|escape`): adding a
+  // plain string to it HTML-escapes that string, as in jinja2.
+  static Value markup(std::string s);
   static Value array(Array items = {}, bool is_tuple = false);
   static Value object();
   static Value namespace_object();
@@ -74,6 +77,7 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && tuple_; }
   bool is_array() const { return kind_ == Kind::kArray; }
   bool is_tuple() const { return kind_ == Kind::kArray && tuple_; }
   bool is_object() const { return kind_ == Kind::kObject; }
@@ -100,7 +104,7 @@ class Value {
   // 32 bytes: lists of millions of values stay affordable. Strings are immutable and shared.
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
-  bool tuple_ = false;
+  bool tuple_ = false;  // arrays: a tuple; strings: Markup
   union {
     int64_t i_ = 0;
     double f_;
@@ -125,10 +129,12 @@ struct ArrayBox {
   ~ArrayBox();
 };
 
-// Insertion-ordered dict with string keys (Python dicts in chat templates have string keys).
+// Insertion-ordered dict. Keys are Values with Python's hashing rules (1, 1.0 and True are one
+// key; lists and dicts cannot be keys); nearly all keys are strings, which have a fast path.
 struct Object {
-  std::vector<std::pair<std::string, Value>> items;
-  std::map<std::string, size_t, std::less<>> index;
+  std::vector<std::pair<Value, Value>> items;        // key, value
+  std::map<std::string, size_t, std::less<>> index;  // string keys
+  std::map<std::string, size_t> other_index;         // other keys, by dict_key_id()
   bool is_namespace = false;
 
   Object() = default;
@@ -137,9 +143,14 @@ struct Object {
   ~Object();
 
   const Value* find(std::string_view key) const;
+  const Value* find(const Value& key) const;  // throws for an unhashable key
   void set(const std::string& key, Value v);
+  void set(const Value& key, Value v);
   size_t size() const { return items.size(); }
 };
+
+// Identity of a non-string dict key: equal for Python-equal keys; throws if unhashable.
+std::string dict_key_id(const Value& key, int depth = 0);
 
 // Arguments of a call: positional then keyword, in source order.
 struct CallArgs {

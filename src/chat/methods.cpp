@@ -461,17 +461,15 @@ Value dict_method(Interpreter& in, const Value& dict, const std::string& name, C
   const Object& obj = dict.obj();
   if (name == "get") {
     auto a = args.bind(name, {"key", "default"}, {Value(), Value::none()});
-    if (a[0].is_string()) {
-      if (const Value* v = obj.find(a[0].str_ref())) return *v;
-    }
+    if (const Value* v = obj.find(a[0])) return *v;
     return a[1];
   }
   args.bind(name, {}, {});
   in.charge(obj.size());
   Array out;
   for (const auto& [k, v] : obj.items) {
-    if (name == "items") out.push_back(Value::array({Value::string(k), v}, true));
-    if (name == "keys") out.push_back(Value::string(k));
+    if (name == "items") out.push_back(Value::array({k, v}, true));
+    if (name == "keys") out.push_back(k);
     if (name == "values") out.push_back(v);
   }
   if (name == "copy") {

@@ -88,6 +88,10 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     if (numbers) return Value::number(to_double(a) + to_double(b));
     if (a.is_string() && b.is_string()) {
       in.charge_string(a.str_ref().size() + b.str_ref().size());
+      if (a.is_markup() || b.is_markup()) {  // Markup + str escapes the str
+        return Value::markup((a.is_markup() ? a.str_ref() : html_escape(a.str_ref())) +
+                             (b.is_markup() ? b.str_ref() : html_escape(b.str_ref())));
+      }
       return Value::string(a.str_ref() + b.str_ref());
     }
     if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
@@ -161,7 +165,7 @@ bool value_contains(const Value& container, const Value& item) {
       return false;
     case Value::Kind::kObject:
       if (container.is_namespace()) break;
-      return item.is_string() && container.obj().find(item.str_ref()) != nullptr;
+      return container.obj().find(item) != nullptr;
     default:
       break;
   }
@@ -244,6 +248,33 @@ std::string ascii_lower(std::string s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return s;
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 std::string ascii_upper(std::string s) {

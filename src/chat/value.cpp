@@ -70,6 +70,29 @@ void json_quote(std::string_view s, bool ensure_ascii, std::string& out) {
   out += '"';
 }
 
+// json.dumps turns int/float/bool/None keys into strings and rejects the rest.
+std::string json_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::kString:
+      return key.str_ref();
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kBool:
+      return key.as_bool() ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(key.as_int());
+    case Value::Kind::kFloat: {
+      double f = key.as_float();
+      if (std::isnan(f)) return "NaN";
+      if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+      return python_float_repr(f);
+    }
+    default:
+      throw_error(
+          fmt::format("keys must be str, int, float, bool or None, not {}", key.type_name()));
+  }
+}
+
 void json_newline(const JsonDumpOptions& o, int level, std::string& out) {
   out += '\n';
   for (int i = 0; i < level; ++i) {
@@ -136,7 +159,7 @@ void json_dump(const Value& v, const JsonDumpOptions& o, int level, std::string&
       std::iota(order.begin(), order.end(), 0);
       if (o.sort_keys) {
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-          return obj.items[a].first < obj.items[b].first;
+          return values_compare(obj.items[a].first, obj.items[b].first, depth + 1) < 0;
         });
       }
       out += '{';
@@ -145,7 +168,7 @@ void json_dump(const Value& v, const JsonDumpOptions& o, int level, std::string&
         if (!first) out += o.item_separator;
         first = false;
         if (indented) json_newline(o, level + 1, out);
-        json_quote(obj.items[i].first, o.ensure_ascii, out);
+        json_quote(json_key(obj.items[i].first), o.ensure_ascii, out);
         out += o.key_separator;
         json_dump(obj.items[i].second, o, level + 1, out, depth + 1);
       }
@@ -249,6 +272,12 @@ Value Value::string(std::string s) {
   v.ptr_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
+Value Value::markup(std::string s) {
+  Value v = string(std::move(s));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::array(Array items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kArray;
@@ -420,7 +449,7 @@ std::string Value::repr(int depth) const {
       for (const auto& [k, v] : obj().items) {
         if (!first) out += ", ";
         first = false;
-        out += python_string_repr(k) + ": " + v.repr(depth + 1);
+        out += k.repr(depth + 1) + ": " + v.repr(depth + 1);
       }
       out += obj().is_namespace ? "}>" : "}";
       return out;
@@ -436,6 +465,12 @@ const Value* Object::find(std::string_view key) const {
   return it == index.end() ? nullptr : &items[it->second].second;
 }
 
+const Value* Object::find(const Value& key) const {
+  if (key.is_string()) return find(key.str_ref());
+  auto it = other_index.find(dict_key_id(key));
+  return it == other_index.end() ? nullptr : &items[it->second].second;
+}
+
 void Object::set(const std::string& key, Value v) {
   auto it = index.find(key);
   if (it != index.end()) {
@@ -443,7 +478,49 @@ void Object::set(const std::string& key, Value v) {
     return;
   }
   index.emplace(key, items.size());
+  items.emplace_back(Value::string(key), std::move(v));
+}
+
+void Object::set(const Value& key, Value v) {
+  if (key.is_string()) return set(key.str_ref(), std::move(v));
+  std::string id = dict_key_id(key);
+  auto it = other_index.find(id);
+  if (it != other_index.end()) {
+    items[it->second].second = std::move(v);
+    return;
+  }
+  other_index.emplace(std::move(id), items.size());
   items.emplace_back(key, std::move(v));
+}
+
+std::string dict_key_id(const Value& key, int depth) {
+  check_depth(depth);
+  switch (key.kind()) {
+    case Value::Kind::kString:
+      return "s" + std::to_string(key.str_ref().size()) + ":" + key.str_ref();
+    case Value::Kind::kNone:
+      return "n";
+    case Value::Kind::kBool:
+    case Value::Kind::kInt:
+      return "i" + std::to_string(key.as_int());
+    case Value::Kind::kFloat: {
+      double f = key.as_float();
+      if (std::floor(f) == f && std::fabs(f) < 9.2e18) {
+        return "i" + std::to_string(static_cast<int64_t>(f));
+      }
+      return "f" + python_float_repr(f);
+    }
+    case Value::Kind::kArray:
+      if (key.is_tuple()) {
+        std::string id = "t(";
+        for (const Value& v : key.arr()) id += dict_key_id(v, depth + 1) + ",";
+        return id + ")";
+      }
+      break;
+    default:
+      break;
+  }
+  throw_error(fmt::format("unhashable type: '{}'", key.type_name()));
 }
 
 std::vector<Value> CallArgs::bind(std::string_view fn,
@@ -499,7 +576,7 @@ bool values_equal(const Value& a, const Value& b, int depth) {
       if (a.identity() == b.identity()) return true;
       if (a.is_namespace() || b.is_namespace() || a.obj().size() != b.obj().size()) return false;
       for (const auto& [k, v] : a.obj().items) {
-        const Value* other = b.obj().find(k);
+        const Value* other = b.obj().find(k);  // keys of a dict are hashable
         if (other == nullptr || !values_equal(v, *other, depth + 1)) return false;
       }
       return true;

@@ -79,8 +79,10 @@ def main():
         variables.update(case.get("extra_context", {}))
         try:
             results[case["name"]] = {"output": template.render(**variables)}
-        except jinja2.exceptions.TemplateError as e:
-            results[case["name"]] = {"error": str(e)}
+        except Exception as e:  # TemplateError, or TypeError etc. raised by a filter
+            # raise_exception() raises a plain TemplateError: its message is the template's.
+            raised = type(e) is jinja2.exceptions.TemplateError
+            results[case["name"]] = {"error": str(e), "raised_by_template": raised}
     snippets = json.loads((HERE / "jinja_cases.json").read_text(encoding="utf-8"))
     jinja_results = {}
     fixed_now = datetime.datetime(2024, 7, 26, 12, 0, 0)
@@ -89,7 +91,7 @@ def main():
             env = make_env(fixed_now, case.get("mutable", False))
             out = env.from_string(case["template"]).render(**case["context"])
             jinja_results[case["name"]] = {"output": out}
-        except jinja2.exceptions.TemplateError as e:
+        except Exception as e:
             jinja_results[case["name"]] = {"error": str(e)}
     doc = {
         "generator": f"Python jinja2 {jinja2.__version__} (Python {sys.version.split()[0]}) "
