@@ -1,5 +1,6 @@
 // jinja2's filters as chat templates use them, with Hugging Face's tojson.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -42,8 +43,10 @@ Value get_path(Interpreter& in, const Value& item, const Value& attribute) {
   while (true) {
     size_t dot = path.find('.', pos);
     std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = in.get_item(cur, numeric ? Value::integer(std::stoll(part)) : Value::string(part));
+    int64_t index = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    bool numeric = !part.empty() && ec == std::errc() && end == part.data() + part.size();
+    cur = in.get_item(cur, numeric ? Value::integer(index) : Value::string(part));
     if (dot == std::string::npos) return cur;
     if (cur.is_undefined()) return cur;
     pos = dot + 1;
@@ -88,6 +91,7 @@ Value f_batch(Interpreter& in, const Value& v, CallArgs& args) {
   }
   if (!cur.empty()) {
     if (!a[1].is_none()) {
+      in.charge(static_cast<uint64_t>(n) - cur.size());
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(a[1]);
     }
     out.push_back(Value::array(std::move(cur)));
@@ -214,9 +218,10 @@ Value f_int(Interpreter&, const Value& v, CallArgs& args) {
 Value f_indent(Interpreter& in, const Value& v, CallArgs& args) {
   auto a = args.bind("indent", {"width", "first", "blank"},
                      {Value::integer(4), Value::boolean(false), Value::boolean(false)});
+  int64_t width = a[0].is_string() ? 0 : std::max<int64_t>(0, a[0].as_int());
+  in.charge_string(static_cast<size_t>(width));  // rejects a width over the output limit
   std::string pad =
-      a[0].is_string() ? a[0].str_ref()
-                       : std::string(static_cast<size_t>(std::max<int64_t>(0, a[0].as_int())), ' ');
+      a[0].is_string() ? a[0].str_ref() : std::string(static_cast<size_t>(width), ' ');
   // jinja2: (s + "\n").splitlines(), i.e. s split on "\n"; blank lines stay unindented
   // unless blank=True; the first line only with first=True.
   std::string s = text_of(v);

@@ -578,6 +578,8 @@ Result<Template> Template::parse(std::string_view source, const JinjaLimits& lim
     return to_status(e);
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::kResourceExhausted, "out of memory while parsing the template");
+  } catch (const std::exception& e) {  // a bug in Power, but never a crash of the caller
+    return Status(StatusCode::kInternal, std::string("template parser failed: ") + e.what());
   }
 }
 
@@ -594,6 +596,8 @@ Result<std::string> Template::render(const nlohmann::ordered_json& context,
     return to_status(e);
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::kResourceExhausted, "out of memory while rendering the template");
+  } catch (const std::exception& e) {  // a bug in Power, but never a crash of the caller
+    return Status(StatusCode::kInternal, std::string("template renderer failed: ") + e.what());
   }
 }
 

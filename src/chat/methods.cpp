@@ -1,6 +1,7 @@
 // Python methods on strings, lists and dicts that chat templates call (`content.strip()`,
 // `text.split('</think>')`, `message.get('x')`, `ns.items.append(x)`, `'{}'.format(x)`).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "chat/jinja_error.h"
@@ -256,8 +257,15 @@ std::string python_format(Interpreter& in, const std::string& f, const CallArgs&
       field.resize(bang);
     }
     Value v;
-    if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-      size_t idx = field.empty() ? auto_index++ : std::stoul(field);
+    if (field.empty() ||
+        std::all_of(field.begin(), field.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      size_t idx = auto_index;
+      if (field.empty()) {
+        ++auto_index;
+      } else if (std::from_chars(field.data(), field.data() + field.size(), idx).ec !=
+                 std::errc()) {
+        throw_error("format(): bad field index");
+      }
       if (idx >= args.positional.size()) throw_error("format(): positional index out of range");
       v = args.positional[idx];
     } else {

@@ -220,8 +220,21 @@ Value slice_value(Interpreter& in, const Value& v, const Value& start_v, const V
   return Value::array(std::move(out), v.is_tuple());
 }
 
+namespace {
+
+// The code point starting at s[i] and its length in bytes (invalid bytes decode one at a time).
+std::pair<uint32_t, size_t> decode_at(const std::string& s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return {c, 1};
+  size_t len = (c >> 5) == 0x6 ? 2 : ((c >> 4) == 0xE ? 3 : ((c >> 3) == 0x1E ? 4 : 1));
+  std::vector<uint32_t> cps = utf8_decode(std::string_view(s).substr(i, len));
+  if (cps.size() != 1) return {0xFFFD, 1};
+  return {cps[0], len};
+}
+
+}  // namespace
+
 std::string strip_string(const std::string& s, const Value& chars, bool left, bool right) {
-  std::vector<uint32_t> cps = utf8_decode(s);
   std::vector<uint32_t> set;
   bool whitespace = chars.is_undefined() || chars.is_none();
   if (!whitespace) {
@@ -232,15 +245,28 @@ std::string strip_string(const std::string& s, const Value& chars, bool left, bo
     if (whitespace) return is_python_space(cp);
     return std::find(set.begin(), set.end(), cp) != set.end();
   };
+  // Only the ends are decoded: the middle of a long message is never touched.
   size_t b = 0;
-  size_t e = cps.size();
-  if (left) {
-    while (b < e && strip(cps[b])) ++b;
+  size_t e = s.size();
+  while (left && b < e) {
+    auto [cp, len] = decode_at(s, b);
+    if (!strip(cp)) break;
+    b += len;
   }
-  if (right) {
-    while (e > b && strip(cps[e - 1])) --e;
+  while (right && e > b) {
+    size_t start = e - 1;
+    while (start > b && e - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+      --start;
+    }
+    auto [cp, len] = decode_at(s, start);
+    if (start + len != e) {  // a stray continuation byte: a code point of its own
+      start = e - 1;
+      cp = 0xFFFD;
+    }
+    if (!strip(cp)) break;
+    e = start;
   }
-  return utf8_encode(cps, b, e);
+  return s.substr(b, e - b);
 }
 
 std::string ascii_lower(std::string s) {

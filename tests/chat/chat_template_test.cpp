@@ -10,6 +10,7 @@
 #include "chat/chat_template.h"
 #include "format/gguf.h"
 #include "test_data.h"
+#include "test_util.h"
 
 namespace power::chat {
 namespace {
@@ -318,6 +319,41 @@ TEST(ChatTemplateGguf, NoTemplateMeansChatMl) {
   Result<std::string> out = t->render(conversation("basic"), options);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(*out, expected_output("chatml/basic"));
+}
+
+TEST(ChatTemplateGguf, FromARealGgufFile) {
+  // A metadata-only GGUF written by the format layer, read back, then from_gguf.
+  GgufWriter writer;
+  for (auto& [key, value] : gguf_metadata(true)) writer.set(key, value);
+  Result<std::vector<uint8_t>> bytes = writer.serialize();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto file = GgufFile::parse(*bytes);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  Result<ChatTemplate> t = ChatTemplate::from_gguf(**file);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->bos_token(), "<|begin_of_text|>");
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  Result<std::string> out = t->render(conversation("basic"), options);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, expected_output("llama3/basic"));
+}
+
+TEST(ChatTemplateGguf, SharedPhi3VocabCarriesThePhi3Template) {
+  POWER_REQUIRE_SHARED();
+  auto file =
+      GgufFile::open(power::testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-phi-3.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  Result<ChatTemplate> t = ChatTemplate::from_gguf(**file);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->bos_token(), "<s>");
+  EXPECT_EQ(t->eos_token(), "<|endoftext|>");
+  EXPECT_EQ(t->source(), read_text("templates/microsoft-Phi-3-mini-4k-instruct.jinja"));
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  Result<std::string> out = t->render(conversation("basic"), options);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, expected_output("phi3-mini/basic"));
 }
 
 TEST(ChatTemplateGguf, WrongTypesAreErrors) {

@@ -109,6 +109,14 @@ TEST(JinjaLimits, OutputAndStringSize) {
                StatusCode::kResourceExhausted, "output exceeds");
   expect_error(render("{{ 'x' * 100000000000 }}", nullptr, limits), StatusCode::kResourceExhausted,
                "bytes");
+  expect_error(render("{{ 'a\nb'|indent(100000000000) }}", nullptr, limits),
+               StatusCode::kResourceExhausted, "bytes");
+  expect_error(render("{{ [1]|batch(100000000000, 0)|list }}", nullptr, limits),
+               StatusCode::kResourceExhausted, "step limit");
+  expect_error(render("{{ 'x'|center(100000000000) }}", nullptr, limits),
+               StatusCode::kResourceExhausted, "bytes");
+  expect_error(render("{{ '{:>100000}'.format(1) }}", nullptr, limits), StatusCode::kUnsupported,
+               "format spec");
   expect_error(render("{% set ns = namespace(s='xy') %}{% for i in range(64) %}"
                       "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                       nullptr, limits),
