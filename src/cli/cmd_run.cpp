@@ -9,17 +9,15 @@
 
 #include <iostream>
 
-#include <nlohmann/json.hpp>
-
 #include "base/file.h"
 #include "base/log.h"
-#include "chat/chat_template.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "engine/generate.h"
+#include "engine/sampler.h"
 #include "format/llama2c.h"
 #include "models/decoder.h"
 #include "models/model.h"
+#include "power/runtime.h"
 #include "text/tokenizer.h"
 
 namespace power::cli {
@@ -53,6 +51,7 @@ struct RunOptions {
   bool chat = false;
   std::string system;
   int32_t n_predict = 128;
+  bool n_predict_given = false;
   int64_t n_ctx = 0;
   int64_t n_batch = 512;
   int threads = 0;
@@ -65,100 +64,97 @@ struct RunOptions {
   int64_t seed = -1;
 };
 
-// Everything one `power run` needs, planned before the first token.
+// `power run` is one client of the embedded runtime: one model, one request at a time.
 struct RunSession {
-  LoadedModel lm;
-  std::unique_ptr<Workspace> ws;
-  std::unique_ptr<KvCache> kv;
-  GenerateParams gp;
+  std::unique_ptr<Runtime> rt;
+  ModelHandle model;
+  SamplingOptions sampling;
 };
 
 Result<RunSession> prepare(RunOptions& o) {
   RunSession s;
-  POWER_ASSIGN_OR_RETURN(s.lm, load(o.model_path, true));
-  const Model& model = *s.lm.model;
-  const ModelHparams& hp = model.hparams();
-  POWER_ASSIGN_OR_RETURN(GgmlType kv_type, parse_kv_type(o.kv_type));
-  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
-  if (n_ctx > hp.n_ctx_train) {
-    POWER_LOG_WARN("context {} exceeds the model's training context {}", n_ctx, hp.n_ctx_train);
-  }
+  POWER_ASSIGN_OR_RETURN(s.rt, Runtime::create(RuntimeOptions{}));
+  LoadOptions lo;
+  lo.n_ctx = o.n_ctx;
+  lo.max_running = 1;
+  lo.max_waiting = 1;
+  lo.step_token_budget = std::max<int64_t>(1, o.n_batch);
+  lo.kv_type = o.kv_type;
+  lo.threads = o.threads;
+  POWER_ASSIGN_OR_RETURN(s.model, s.rt->load(o.model_path, lo));
+  const ModelInfo& info = s.model.info();
   if (o.seed < 0) {
     std::random_device rd;
     o.sampling.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   } else {
     o.sampling.seed = static_cast<uint64_t>(o.seed);
   }
-  POWER_RETURN_IF_ERROR(o.sampling.validate(hp.n_vocab));
-  POWER_ASSIGN_OR_RETURN(s.ws, model.make_workspace(std::min(o.n_batch, n_ctx), n_ctx, o.threads));
-  POWER_ASSIGN_OR_RETURN(s.kv, KvCache::create(model.kv_config(n_ctx, 1, kv_type)));
+  const SamplerParams& p = o.sampling;
+  s.sampling = SamplingOptions{p.temperature,
+                               p.top_k,
+                               p.top_p,
+                               p.min_p,
+                               p.repeat_penalty,
+                               p.frequency_penalty,
+                               p.presence_penalty,
+                               p.penalty_last_n,
+                               p.logit_bias,
+                               p.seed};
   if (o.verbose) {
     std::fprintf(stderr,
-                 "model: %s, %lld layers, n_embd %lld, vocab %lld; context %lld\n"
-                 "memory: kv cache %.2f MiB (%s), scratch %.2f MiB; weights mapped %.2f MiB\n"
+                 "model: %s, %lld layers, n_embd %lld, vocab %lld; context %lld; sha256 %s\n"
+                 "memory: kv cache %.2f MiB (%s), scratch %.2f MiB; weights mapped %.2f MiB; "
+                 "budget %.2f MiB\n"
                  "threads: %d\n",
-                 hp.arch.c_str(), static_cast<long long>(hp.n_layer),
-                 static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_vocab),
-                 static_cast<long long>(n_ctx), s.kv->bytes_total() / 1048576.0, o.kv_type.c_str(),
-                 s.ws->bytes() / 1048576.0, model.file().file_size() / 1048576.0,
-                 s.ws->cpu.n_threads());
+                 info.arch.c_str(), static_cast<long long>(info.n_layer),
+                 static_cast<long long>(info.n_embd), static_cast<long long>(info.n_vocab),
+                 static_cast<long long>(info.n_ctx), info.sha256.c_str(),
+                 info.kv_cache_bytes / 1048576.0, o.kv_type.c_str(), info.scratch_bytes / 1048576.0,
+                 info.weights_bytes / 1048576.0, s.rt->budget_bytes() / 1048576.0, info.threads);
   }
-  s.gp.max_tokens = o.n_predict;
-  s.gp.stop = o.stop;
-  s.gp.ignore_eos = o.ignore_eos;
-  s.gp.sampling = o.sampling;
   return s;
 }
 
-// Generates from `text` (tokenized with BOS unless the text already starts with it or
-// --no-bos), streaming to stdout; returns the generated text.
-Result<std::string> generate_once(RunSession& s, const std::string& text, bool add_bos) {
-  const text::Tokenizer& tok = *s.lm.tokenizer;
-  text::EncodeOptions eo;
-  eo.add_special = add_bos;
-  eo.parse_special = true;
-  std::vector<int32_t> prompt = tok.encode(text, eo);
-  if (prompt.empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "the prompt is empty and the vocabulary adds no BOS token");
-  }
-  Generator gen(*s.lm.model, tok, *s.ws, *s.kv);
-  POWER_ASSIGN_OR_RETURN(GenerateResult r, gen.generate(prompt, s.gp, [](std::string_view t) {
-    std::fwrite(t.data(), 1, t.size(), stdout);
+// Runs one request (text prompt, or the chat so far), streaming to stdout; returns the text.
+Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRequest req) {
+  req.sampling = s.sampling;
+  req.max_tokens = o.n_predict;
+  req.max_tokens_up_to_context = !o.n_predict_given;  // the default 128 stops at the context
+  req.stop = o.stop;
+  req.ignore_eos = o.ignore_eos;
+  req.add_bos = !o.no_bos;
+  req.on_stream = [](const StreamEvent& e) {
+    std::fwrite(e.text.data(), 1, e.text.size(), stdout);
     std::fflush(stdout);
     return true;
-  }));
+  };
+  POWER_ASSIGN_OR_RETURN(RequestHandle h, s.rt->submit(s.model, std::move(req)));
+  Completion r = h.wait();
+  if (!r.status.ok()) return r.status;
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  const double pre_s = r.prefill_ms / 1000.0, dec_s = r.decode_ms / 1000.0;
+  const double pre_s = r.timings.prefill_ms / 1000.0, dec_s = r.timings.decode_ms / 1000.0;
+  const long long n_prompt = static_cast<long long>(r.usage.prompt_tokens);
   std::fprintf(stderr,
                "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s "
                "(%.1f tokens/s); finish: %s\n",
-               static_cast<long long>(r.n_prompt), pre_s, pre_s > 0 ? r.n_prompt / pre_s : 0.0,
-               r.tokens.size(), dec_s, dec_s > 0 ? r.tokens.size() / dec_s : 0.0,
-               std::string(finish_reason_name(r.finish)).c_str());
+               n_prompt, pre_s, pre_s > 0 ? n_prompt / pre_s : 0.0, r.tokens.size(), dec_s,
+               dec_s > 0 ? r.tokens.size() / dec_s : 0.0,
+               std::string(finish_name(r.finish)).c_str());
   return r.text;
 }
 
 // --chat: the model's chat template over the conversation so far. With -p, one user turn;
 // otherwise every line of standard input is a user turn, answered in order until EOF.
 Status run_chat(RunSession& s, const RunOptions& o) {
-  POWER_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl,
-                         chat::ChatTemplate::from_gguf(s.lm.model->file()));
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-  const text::Tokenizer& tok = *s.lm.tokenizer;
-  const std::string bos_text =
-      tok.special().bos >= 0 ? tok.token_text(tok.special().bos) : std::string();
+  std::vector<ChatMessage> messages;
+  if (!o.system.empty()) messages.push_back({"system", o.system});
   auto turn = [&](const std::string& user) -> Status {
-    messages.push_back({{"role", "user"}, {"content", user}});
-    chat::ChatRenderOptions ro;
-    ro.add_generation_prompt = true;
-    POWER_ASSIGN_OR_RETURN(std::string prompt, tmpl.render(messages, ro));
-    // Templates that print the BOS token themselves must not get a second one.
-    const bool add_bos = !o.no_bos && (bos_text.empty() || prompt.rfind(bos_text, 0) != 0);
-    POWER_ASSIGN_OR_RETURN(std::string reply, generate_once(s, prompt, add_bos));
-    messages.push_back({{"role", "assistant"}, {"content", reply}});
+    messages.push_back({"user", user});
+    GenerateRequest req;
+    req.messages = messages;
+    POWER_ASSIGN_OR_RETURN(std::string reply, generate_once(s, o, std::move(req)));
+    messages.push_back({"assistant", reply});
     return Status();
   };
   if (!o.prompt.empty()) return turn(o.prompt);
@@ -178,7 +174,9 @@ void run_generate(RunOptions o) {
     if (!st.ok()) report_error(st);
     return;
   }
-  auto r = generate_once(*s, o.prompt, !o.no_bos);
+  GenerateRequest req;
+  req.prompt = o.prompt;  // empty: BOS alone
+  auto r = generate_once(*s, o, std::move(req));
   if (!r.ok()) report_error(r.status());
 }
 
@@ -257,7 +255,10 @@ void add_run_commands(CLI::App& app) {
   run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
   run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
   run->add_flag("--verbose", o.verbose, "Print model, memory and thread information");
-  run->callback([] { run_generate(o); });
+  run->callback([run] {
+    o.n_predict_given = run->count("--n-predict") > 0;
+    run_generate(o);
+  });
 
   static std::string lg_model, lg_tokens, lg_out, lg_kv = "f32";
   static int lg_threads = 0;

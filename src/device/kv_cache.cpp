@@ -133,8 +133,17 @@ void KvCache::read_v(int layer, int block, int slot, int head, float* out) const
        cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
 }
 
+void KvCache::copy_block(int src, int dst) {
+  const uint64_t kb = k_pos_bytes_ * cfg_.block_tokens, vb = v_pos_bytes_ * cfg_.block_tokens;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    std::memcpy(k_ptr(l, dst, 0), k_ptr(l, src, 0), kb);
+    std::memcpy(v_ptr(l, dst, 0), v_ptr(l, src, 0), vb);
+  }
+}
+
+// Truncating to 0 never copies, so it cannot fail.
 KvSequence::~KvSequence() {
-  truncate(0);
+  (void)truncate(0);
 }
 
 int KvSequence::capacity_tokens() const {
@@ -161,7 +170,7 @@ void KvSequence::set_n_tokens(int n) {
   n_tokens_ = n;
 }
 
-void KvSequence::truncate(int n) {
+Status KvSequence::truncate(int n) {
   if (n < 0) n = 0;
   if (n < n_tokens_) n_tokens_ = n;
   const size_t keep = static_cast<size_t>((n + block_tokens() - 1) / block_tokens());
@@ -169,6 +178,24 @@ void KvSequence::truncate(int n) {
     cache_->release_block(blocks_.back());
     blocks_.pop_back();
   }
+  // Copy-on-write: the next position written lands in the last kept block when it is partial.
+  if (n % block_tokens() != 0 && !blocks_.empty() && cache_->block_refs(blocks_.back()) > 1) {
+    auto fresh = cache_->allocate_block();
+    if (!fresh.ok()) return std::move(fresh).take_status().with("copy_on_write_position", n);
+    cache_->copy_block(blocks_.back(), *fresh);
+    cache_->release_block(blocks_.back());
+    blocks_.back() = *fresh;
+  }
+  return Status();
+}
+
+void KvSequence::share_prefix(const std::vector<int>& blocks) {
+  POWER_CHECK(blocks_.empty() && n_tokens_ == 0);
+  for (int b : blocks) {
+    cache_->retain_block(b);
+    blocks_.push_back(b);
+  }
+  n_tokens_ = static_cast<int>(blocks.size()) * block_tokens();
 }
 
 }  // namespace power

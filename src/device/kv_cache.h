@@ -8,6 +8,9 @@
 // [i*block_tokens, (i+1)*block_tokens)) plus the number of positions written. Blocks are
 // ref-counted so that sequences can share a prefix; truncate() drops positions past n (the
 // rollback of speculative decoding) and releases blocks no longer needed.
+// Sharing: share_prefix() adopts full blocks another sequence wrote (prefix reuse; each is
+// retained). A sequence never writes into a block it shares: truncate() to a position inside
+// a shared block copies that block first (copy-on-write), so later writes stay private.
 // Thread-safety: block allocation and reference counts are guarded by a mutex; writing and
 // reading positions of one sequence is the caller's to serialize.
 #pragma once
@@ -48,6 +51,12 @@ class KvCache {
   void retain_block(int block);
   void release_block(int block);
   int block_refs(int block) const;
+  // Bytes one block holds over all layers (K and V).
+  uint64_t block_bytes() const {
+    return (k_pos_bytes_ + v_pos_bytes_) * cfg_.block_tokens * cfg_.n_layer;
+  }
+  // Copies every layer's K and V of block `src` into block `dst` (copy-on-write).
+  void copy_block(int src, int dst);
 
   // Writes one position's keys/values (f32 in, stored in the cache dtype).
   void write_k(int layer, int block, int slot, const float* k);
@@ -89,8 +98,13 @@ class KvSequence {
   Status reserve(int n);
   // Records that positions [0, n) are written (n <= capacity).
   void set_n_tokens(int n);
-  // Drops positions >= n and releases blocks past the last one needed.
-  void truncate(int n);
+  // Drops positions >= n and releases blocks past the last one needed. A kept partial block
+  // that other sequences share is replaced by a private copy (kResourceExhausted when no free
+  // block is left for the copy; positions are dropped either way and the shared block kept).
+  Status truncate(int n);
+  // Adopts `blocks` (full, already written by another sequence) as this empty sequence's
+  // first positions: retains each and sets n_tokens to blocks.size() * block_tokens.
+  void share_prefix(const std::vector<int>& blocks);
   // Block and slot of position pos.
   int block_of(int pos) const { return blocks_[static_cast<size_t>(pos / block_tokens())]; }
   int slot_of(int pos) const { return pos % block_tokens(); }

@@ -1,0 +1,104 @@
+// A generation request and what comes back from it.
+//
+// A request names its input in one of three forms (exactly one): `prompt` text (tokenized
+// with BOS unless add_bos is false or the text already starts with it), `prompt_tokens`, or
+// chat `messages` rendered with the model's chat template (ChatML when the file has none).
+// max_tokens < 0 means "until end of generation or the context is full"; a request whose
+// prompt + max_tokens exceed the context is rejected (kDoesNotFit), never truncated.
+// Scheduling: priority (high, normal, low; waiting requests age upwards so none starves) and
+// an optional deadline: the latest time the request may still be waiting for memory or a
+// slot; past it, it ends with kDeadlineExceeded. Once running it is not interrupted.
+// Streaming: on_stream is called on the runtime's worker thread for every committed token
+// with the text that became final with it (possibly empty: text that could still begin a
+// stop string, or an unfinished UTF-8 character, is held back), then once more with
+// token = -1 when held text is flushed at the end. Return false to cancel. on_done gets the
+// Completion exactly once. Callbacks must be quick and must not wait on this request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "power/status.h"
+
+namespace power {
+
+enum class Priority : uint8_t { kHigh = 0, kNormal = 1, kLow = 2 };
+
+struct SamplingOptions {
+  float temperature = 0.8f;  // 0: greedy
+  int32_t top_k = 40;        // <= 0: off
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  float repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int32_t penalty_last_n = 64;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  uint64_t seed = 0;  // 0 is a fixed seed, not a random one
+};
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant, tool
+  std::string content;
+};
+
+struct StreamEvent {
+  int32_t token = -1;     // the committed token id; -1 for the final flush
+  std::string_view text;  // text that became final with it
+};
+
+enum class Finish : uint8_t { kStop, kLength, kCancelled, kError };
+std::string_view finish_name(Finish f);  // "stop", "length", "cancelled", "error"
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // served from the prefix cache
+  int64_t completion_tokens = 0;
+};
+
+struct Timings {
+  double queue_ms = 0;                // submit -> admitted
+  double time_to_first_token_ms = 0;  // submit -> first token
+  double prefill_ms = 0;              // admitted -> first token
+  double decode_ms = 0;               // first token -> end
+  double prefill_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;  // tokens after the first / decode_ms
+};
+
+struct Completion {
+  Status status;  // ok, or why it ended early (kDeadlineExceeded, kCancelled, an error)
+  Finish finish = Finish::kLength;
+  std::string text;             // the emitted text (a matched stop string excluded)
+  std::vector<int32_t> tokens;  // generated ids (a stop token or stop string's ids included)
+  Usage usage;
+  Timings timings;
+};
+
+struct GenerateRequest {
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+  std::vector<ChatMessage> messages;
+  bool add_bos = true;  // text prompts (and chat prompts whose template prints no BOS)
+
+  SamplingOptions sampling;
+  int32_t max_tokens = -1;
+  // Opt-in: lower max_tokens to what the context leaves after the prompt instead of
+  // rejecting the request (`power run` does this when -n is not given).
+  bool max_tokens_up_to_context = false;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+
+  Priority priority = Priority::kNormal;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+
+  std::function<bool(const StreamEvent&)> on_stream;
+  std::function<void(const Completion&)> on_done;
+};
+
+}  // namespace power

@@ -1,0 +1,125 @@
+// Power's embedded runtime: load models, submit generation requests, stream their tokens.
+//
+//   auto rt = power::Runtime::create({});                   // CPU device, budget from the OS
+//   auto model = (*rt)->load("stories260K.gguf", {});        // identity: file SHA-256
+//   power::GenerateRequest req;
+//   req.prompt = "Once upon a time";
+//   req.max_tokens = 32;
+//   req.on_stream = [](const power::StreamEvent& e) { fputs(std::string(e.text).c_str(), stdout);
+//   return true; }; auto handle = (*rt)->submit(*model, std::move(req));     // kDoesNotFit /
+//   kQueueFull here power::Completion done = handle->wait();
+//
+// Resources: the device budget (RuntimeOptions::memory_budget_bytes, default the smaller of
+// /proc/meminfo MemAvailable and the cgroup memory.max) covers each model's mapped weights,
+// its activation workspace and its KV cache pool, all planned at load; requests then reserve
+// KV blocks for prompt + max_tokens plus a share of the workspace before they run, and the
+// sum of reservations never exceeds the budget. Work that cannot fit is rejected with a
+// reason; nothing is truncated or silently moved elsewhere.
+// Execution: each loaded model has one worker thread running the continuous-batching
+// scheduler (one forward pass per step over decode tokens and prompt chunks of all running
+// requests; identical prompt prefixes share KV blocks).
+// Thread-safety: Runtime, ModelHandle and RequestHandle are safe to use from any thread.
+// Destroying the Runtime cancels outstanding requests and joins the workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "power/request.h"
+#include "power/status.h"
+
+namespace power {
+
+struct RuntimeOptions {
+  uint64_t memory_budget_bytes = 0;  // 0: MemAvailable / cgroup memory.max
+};
+
+struct LoadOptions {
+  int64_t n_ctx = 0;                // positions per request; 0: the model's training context
+  int max_running = 8;              // sequences in one batch
+  int max_waiting = 64;             // queued requests beyond which submit() says kQueueFull
+  int64_t step_token_budget = 512;  // tokens per forward pass (also the workspace size)
+  std::string kv_type = "f16";      // f16 or f32
+  int threads = 0;                  // compute threads; 0: all cores
+  bool prefix_reuse = true;
+  int aging_ms = 2000;  // a waiting request rises one priority level per interval
+};
+
+struct ModelInfo {
+  std::string path;
+  std::string sha256;  // of the artifact file: the model's identity
+  std::string arch;
+  int64_t n_vocab = 0, n_layer = 0, n_embd = 0, n_ctx = 0;
+  uint64_t weights_bytes = 0;   // mapped file
+  uint64_t kv_cache_bytes = 0;  // KV block pool
+  uint64_t kv_block_bytes = 0;
+  int64_t kv_blocks = 0;
+  uint64_t scratch_bytes = 0;  // activation workspace
+  uint64_t budget_bytes = 0;   // what requests of this model may reserve in all
+  int threads = 0;
+};
+
+struct RuntimeStats {
+  int running = 0, waiting = 0;
+  uint64_t reserved_bytes = 0, peak_reserved_bytes = 0, budget_bytes = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_blocks = 0;
+  uint64_t steps = 0;
+};
+
+class Runtime;
+struct ModelSlot;
+struct RequestState;
+
+class ModelHandle {
+ public:
+  const ModelInfo& info() const;
+  // Tokenizes text with this model's tokenizer (BOS per add_bos).
+  std::vector<int32_t> tokenize(std::string_view text, bool add_bos) const;
+  RuntimeStats stats() const;
+
+ private:
+  friend class Runtime;
+  std::shared_ptr<ModelSlot> slot_;
+};
+
+class RequestHandle {
+ public:
+  uint64_t id() const;
+  // Ends the request at the next step (its KV and reservation are freed); no-op when done.
+  void cancel();
+  bool done() const;
+  // Blocks until the request ends.
+  Completion wait();
+
+ private:
+  friend class Runtime;
+  std::shared_ptr<RequestState> state_;
+};
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Maps a GGUF file, hashes it, validates its tensors, plans and allocates its KV pool and
+  // workspace. kDoesNotFit when weights + workspace + one full context exceed the budget.
+  Result<ModelHandle> load(const std::string& path, const LoadOptions& options);
+  // Queues a request. Immediate rejections (kInvalidArgument, kDoesNotFit, kQueueFull) come
+  // back here; later ones (deadline, cancellation, errors) in Completion::status.
+  Result<RequestHandle> submit(const ModelHandle& model, GenerateRequest request);
+  uint64_t budget_bytes() const { return budget_bytes_; }
+
+ private:
+  Runtime() = default;
+  uint64_t budget_bytes_ = 0;
+  uint64_t committed_bytes_ = 0;  // weights + workspaces + KV pools of loaded models
+  std::vector<std::shared_ptr<ModelSlot>> models_;
+};
+
+// Device memory available to Power: min(MemAvailable, cgroup memory.max - memory.current).
+uint64_t default_memory_budget_bytes();
+
+}  // namespace power

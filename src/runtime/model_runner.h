@@ -1,0 +1,27 @@
+// The StepRunner that runs a real model: one Model::forward over the batch, then each
+// sequence's own sampler (BatchItem::runner_state is its engine Sampler*) on its logits row.
+// Memory: the logits rows (max_items x n_vocab) are allocated once at construction; the
+// workspace is the caller's and must hold step_token_budget tokens.
+// Thread-safety: one step at a time (the model's worker thread).
+#pragma once
+
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/scheduler.h"
+
+namespace power::runtime {
+
+class ModelRunner : public StepRunner {
+ public:
+  ModelRunner(const Model& model, Workspace& ws, int max_items);
+  Status run(std::span<const BatchItem> items, std::span<int32_t> next_tokens) override;
+
+ private:
+  const Model& model_;
+  Workspace& ws_;
+  std::vector<ForwardChunk> chunks_;
+  std::vector<float> logits_;
+};
+
+}  // namespace power::runtime

@@ -1,0 +1,538 @@
+// Runtime: loaded models, each with its KV pool, workspace, scheduler and worker thread, and
+// the per-request work around the scheduler (tokenizing, sampling state, stop conditions,
+// streaming text, timings).
+#include "power/runtime.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "base/sha256.h"
+#include "chat/chat_template.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "format/gguf.h"
+#include "models/decoder.h"
+#include "models/model.h"
+#include "runtime/model_runner.h"
+#include "runtime/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace power {
+
+using runtime::Clock;
+using runtime::SeqEvent;
+
+std::string_view finish_name(Finish f) {
+  switch (f) {
+    case Finish::kStop:
+      return "stop";
+    case Finish::kLength:
+      return "length";
+    case Finish::kCancelled:
+      return "cancelled";
+    case Finish::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+struct RequestState {
+  uint64_t id = 0;
+  GenerateRequest req;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<text::StreamingDetokenizer> detok;
+  std::string pending;  // decoded, not yet emitted (could begin a stop string)
+  Completion result;
+  Clock::time_point t_submit, t_admit, t_first;
+  bool admitted = false, got_first = false, cancel_requested = false;
+  std::weak_ptr<ModelSlot> slot;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+struct ModelSlot {
+  ModelInfo info;
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::unique_ptr<Workspace> ws;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<runtime::Scheduler> sched;  // after kv: destroyed before it
+  std::unique_ptr<runtime::ModelRunner> runner;
+  std::optional<chat::ChatTemplate> chat;
+
+  std::mutex mu;  // guards sched, requests, chat, stopping, steps
+  std::condition_variable cv;
+  bool stopping = false;
+  uint64_t steps = 0;
+  uint64_t next_id = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<RequestState>> requests;
+  std::thread worker;
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+  ~ModelSlot() { stop(); }
+  void run_worker();
+};
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Ends a request: fills timings, calls on_done, wakes waiters.
+void complete(RequestState& r, Finish finish, Status status) {
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (r.done) return;
+  }
+  const auto now = Clock::now();
+  Completion& c = r.result;
+  c.finish = finish;
+  c.status = std::move(status);
+  c.usage.completion_tokens = static_cast<int64_t>(c.tokens.size());
+  Timings& t = c.timings;
+  if (r.admitted) t.queue_ms = ms_between(r.t_submit, r.t_admit);
+  if (r.got_first) {
+    t.time_to_first_token_ms = ms_between(r.t_submit, r.t_first);
+    t.prefill_ms = ms_between(r.t_admit, r.t_first);
+    t.decode_ms = ms_between(r.t_first, now);
+    const int64_t computed = c.usage.prompt_tokens - c.usage.cached_prompt_tokens;
+    if (t.prefill_ms > 0) t.prefill_tokens_per_s = computed / (t.prefill_ms / 1000.0);
+    if (t.decode_ms > 0 && c.tokens.size() > 1) {
+      t.decode_tokens_per_s = static_cast<double>(c.tokens.size() - 1) / (t.decode_ms / 1000.0);
+    }
+  } else if (r.admitted) {
+    t.prefill_ms = ms_between(r.t_admit, now);
+  }
+  if (r.req.on_done) r.req.on_done(c);
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.done = true;
+  }
+  r.cv.notify_all();
+}
+
+// Streams text; false when the caller's callback asked to stop.
+bool emit(RequestState& r, int32_t token, std::string_view text) {
+  r.result.text.append(text);
+  if (!r.req.on_stream) return true;
+  return r.req.on_stream(StreamEvent{token, text});
+}
+
+// Flushes held text at the end of a request.
+void flush(RequestState& r) {
+  r.detok->finish(r.pending);
+  if (!r.pending.empty()) emit(r, -1, r.pending);
+  r.pending.clear();
+}
+
+// A committed token: end-of-generation, detokenize, stop strings, stream. Returns true when
+// the request ended here (the caller then frees its sequence).
+bool on_token(const text::Tokenizer& tok, RequestState& r, int32_t token) {
+  if (!r.got_first) {
+    r.got_first = true;
+    r.t_first = Clock::now();
+  }
+  r.result.tokens.push_back(token);
+  if (!r.req.ignore_eos && tok.is_eog(token)) {
+    flush(r);
+    complete(r, Finish::kStop, Status());
+    return true;
+  }
+  Status st = r.detok->push(token, r.pending);
+  if (!st.ok()) {
+    complete(r, Finish::kError, std::move(st));
+    return true;
+  }
+  StopScan scan = scan_stop_strings(r.pending, r.req.stop);
+  if (scan.match != std::string::npos) {
+    emit(r, token, std::string_view(r.pending).substr(0, scan.match));
+    r.pending.clear();
+    complete(r, Finish::kStop, Status());
+    return true;
+  }
+  const size_t n = r.pending.size() - scan.hold;
+  const bool go_on = emit(r, token, std::string_view(r.pending).substr(0, n));
+  r.pending.erase(0, n);
+  if (!go_on) {
+    complete(r, Finish::kCancelled, Status(StatusCode::kCancelled, "cancelled by the caller"));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void ModelSlot::run_worker() {
+  std::unique_lock<std::mutex> lk(mu);
+  std::vector<std::pair<SeqEvent, std::shared_ptr<RequestState>>> todo;
+  auto collect = [&](std::vector<SeqEvent>&& events) {
+    for (SeqEvent& e : events) {
+      auto it = requests.find(e.id);
+      if (it != requests.end()) todo.emplace_back(std::move(e), it->second);
+    }
+  };
+  auto process = [&]() {
+    std::vector<uint64_t> ended;
+    for (auto& [e, r] : todo) {
+      if (r->done) continue;
+      switch (e.kind) {
+        case SeqEvent::Kind::kAdmitted:
+          if (!e.resumed) {
+            r->admitted = true;
+            r->t_admit = Clock::now();
+            r->result.usage.cached_prompt_tokens = e.cached_tokens;
+          }
+          break;
+        case SeqEvent::Kind::kPreempted:
+          break;
+        case SeqEvent::Kind::kToken:
+          if (on_token(*tokenizer, *r, e.token)) ended.push_back(e.id);
+          break;
+        case SeqEvent::Kind::kFinished:
+          ended.push_back(e.id);
+          if (e.end == runtime::SeqEnd::kLength) {
+            flush(*r);
+            complete(*r, Finish::kLength, Status());
+          } else if (e.end == runtime::SeqEnd::kCancelled) {
+            complete(*r, Finish::kCancelled, std::move(e.status));
+          } else {
+            complete(*r, Finish::kError, std::move(e.status));
+          }
+          break;
+      }
+    }
+    todo.clear();
+    lk.lock();
+    for (uint64_t id : ended) {
+      sched->finish(id);
+      requests.erase(id);
+    }
+  };
+  while (!stopping) {
+    if (!sched->has_work()) {
+      cv.wait(lk, [&] { return stopping || sched->has_work(); });
+      continue;
+    }
+    runtime::StepPlan plan = sched->plan(Clock::now());
+    collect(std::move(plan.events));
+    lk.unlock();
+    if (plan.items.empty()) {
+      process();
+      // Waiting work that cannot start yet: sleep until a deadline or a change.
+      if (sched->has_work() && !stopping) {
+        auto until = Clock::now() + std::chrono::milliseconds(20);
+        if (auto d = sched->next_deadline(); d && *d < until) until = *d;
+        cv.wait_until(lk, until);
+      }
+      continue;
+    }
+    std::vector<int32_t> next(plan.items.size(), -1);
+    Status st = runner->run(plan.items, next);
+    lk.lock();
+    ++steps;
+    collect(sched->commit(plan, next, st));
+    lk.unlock();
+    process();
+  }
+  // Shutting down: end whatever is left.
+  std::vector<std::shared_ptr<RequestState>> left;
+  for (auto& [id, r] : requests) left.push_back(r);
+  requests.clear();
+  lk.unlock();
+  for (auto& r : left) {
+    complete(*r, Finish::kCancelled, Status(StatusCode::kCancelled, "the runtime shut down"));
+  }
+}
+
+const ModelInfo& ModelHandle::info() const {
+  return slot_->info;
+}
+
+std::vector<int32_t> ModelHandle::tokenize(std::string_view text, bool add_bos) const {
+  text::EncodeOptions eo;
+  eo.add_special = add_bos;
+  eo.parse_special = true;
+  return slot_->tokenizer->encode(text, eo);
+}
+
+RuntimeStats ModelHandle::stats() const {
+  std::lock_guard<std::mutex> lk(slot_->mu);
+  RuntimeStats s;
+  const runtime::Admission& a = slot_->sched->admission();
+  s.running = slot_->sched->n_running();
+  s.waiting = slot_->sched->n_waiting();
+  s.reserved_bytes = a.reserved_bytes();
+  s.peak_reserved_bytes = a.peak_reserved_bytes();
+  s.budget_bytes = a.limits().budget_bytes;
+  s.kv_blocks_total = slot_->kv->config().n_blocks;
+  s.kv_blocks_used = slot_->kv->blocks_used();
+  s.prefix_cache_blocks = static_cast<int64_t>(slot_->sched->prefix_cache().entries());
+  s.steps = slot_->steps;
+  return s;
+}
+
+uint64_t RequestHandle::id() const {
+  return state_->id;
+}
+
+void RequestHandle::cancel() {
+  auto slot = state_->slot.lock();
+  if (!slot) return;
+  {
+    std::lock_guard<std::mutex> lk(slot->mu);
+    slot->sched->cancel(state_->id);
+  }
+  slot->cv.notify_all();
+}
+
+bool RequestHandle::done() const {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->done;
+}
+
+Completion RequestHandle::wait() {
+  std::unique_lock<std::mutex> lk(state_->mu);
+  state_->cv.wait(lk, [&] { return state_->done; });
+  return state_->result;
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->budget_bytes_ =
+      options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
+  return rt;
+}
+
+Runtime::~Runtime() {
+  for (auto& m : models_) m->stop();
+}
+
+Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o) {
+  GgmlType kv_type;
+  if (o.kv_type == "f16" || o.kv_type == "F16") {
+    kv_type = GgmlType::F16;
+  } else if (o.kv_type == "f32" || o.kv_type == "F32") {
+    kv_type = GgmlType::F32;
+  } else {
+    return Status(StatusCode::kInvalidArgument, "kv_type must be f16 or f32")
+        .with("value", o.kv_type);
+  }
+  if (o.max_running < 1 || o.max_waiting < 0 || o.step_token_budget < o.max_running) {
+    return Status(StatusCode::kInvalidArgument,
+                  "need max_running >= 1, max_waiting >= 0, step_token_budget >= max_running")
+        .with("max_running", o.max_running)
+        .with("max_waiting", o.max_waiting)
+        .with("step_token_budget", o.step_token_budget);
+  }
+  auto slot = std::make_shared<ModelSlot>();
+  POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
+  slot->file = std::shared_ptr<const GgufFile>(std::move(file));
+  POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
+  POWER_ASSIGN_OR_RETURN(slot->tokenizer, text::Tokenizer::from_gguf(*slot->file));
+  POWER_ASSIGN_OR_RETURN(slot->model, load_model(slot->file));
+  const Model& model = *slot->model;
+  const ModelHparams& hp = model.hparams();
+  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+  if (n_ctx <= 0) return Status(StatusCode::kInvalidArgument, "the context size must be positive");
+  POWER_ASSIGN_OR_RETURN(
+      slot->ws,
+      model.make_workspace(std::min(o.step_token_budget, n_ctx * o.max_running), n_ctx, o.threads));
+  KvCacheConfig kc = model.kv_config(n_ctx, 1, kv_type);
+  const int64_t ctx_blocks = kc.n_blocks;
+  kc.n_blocks = 1;
+  POWER_ASSIGN_OR_RETURN(uint64_t block_bytes, KvCache::planned_bytes(kc));
+
+  ModelInfo& info = slot->info;
+  info.path = path;
+  info.sha256 = to_hex(digest);
+  info.arch = hp.arch;
+  info.n_vocab = hp.n_vocab;
+  info.n_layer = hp.n_layer;
+  info.n_embd = hp.n_embd;
+  info.n_ctx = n_ctx;
+  info.weights_bytes = slot->file->file_size();
+  info.scratch_bytes = slot->ws->bytes();
+  info.kv_block_bytes = block_bytes;
+  info.threads = slot->ws->cpu.n_threads();
+  const uint64_t available =
+      budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
+  const uint64_t fixed = info.weights_bytes + info.scratch_bytes;
+  const uint64_t one_context = static_cast<uint64_t>(ctx_blocks) * block_bytes;
+  if (fixed + one_context > available) {
+    return Status(StatusCode::kDoesNotFit,
+                  "weights + workspace + one context's KV exceed the memory budget")
+        .with("weights_bytes", info.weights_bytes)
+        .with("scratch_bytes", info.scratch_bytes)
+        .with("kv_bytes_per_context", one_context)
+        .with("available_bytes", available)
+        .with("budget_bytes", budget_bytes_);
+  }
+  const int64_t pool_blocks = std::min<int64_t>(
+      ctx_blocks * o.max_running, static_cast<int64_t>((available - fixed) / block_bytes));
+  kc.n_blocks = static_cast<int>(pool_blocks);
+  POWER_ASSIGN_OR_RETURN(slot->kv, KvCache::create(kc));
+  info.kv_blocks = pool_blocks;
+  info.kv_cache_bytes = slot->kv->bytes_total();
+  info.budget_bytes = available - info.weights_bytes;
+
+  runtime::SchedulerConfig sc;
+  sc.max_waiting = o.max_waiting;
+  sc.step_token_budget = slot->ws->max_tokens;
+  sc.n_ctx = n_ctx;
+  sc.aging = std::chrono::milliseconds(o.aging_ms);
+  sc.prefix_reuse = o.prefix_reuse;
+  runtime::AdmissionLimits limits;
+  limits.budget_bytes = info.budget_bytes;
+  limits.kv_pool_blocks = pool_blocks;
+  limits.max_running = o.max_running;
+  runtime::MemoryPlanner planner(block_bytes, kc.block_tokens, info.scratch_bytes, o.max_running);
+  slot->sched = std::make_unique<runtime::Scheduler>(sc, slot->kv.get(), planner, limits);
+  slot->runner = std::make_unique<runtime::ModelRunner>(model, *slot->ws, o.max_running);
+  committed_bytes_ += fixed + info.kv_cache_bytes;
+  ModelSlot* raw = slot.get();
+  slot->worker = std::thread([raw] { raw->run_worker(); });
+  models_.push_back(slot);
+  ModelHandle h;
+  h.slot_ = slot;
+  return h;
+}
+
+namespace {
+
+SamplerParams to_sampler_params(const SamplingOptions& s) {
+  SamplerParams p;
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  p.min_p = s.min_p;
+  p.repeat_penalty = s.repeat_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.presence_penalty = s.presence_penalty;
+  p.penalty_last_n = s.penalty_last_n;
+  p.logit_bias = s.logit_bias;
+  p.seed = s.seed;
+  return p;
+}
+
+Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& req) {
+  const int forms = (!req.prompt.empty() ? 1 : 0) + (!req.prompt_tokens.empty() ? 1 : 0) +
+                    (!req.messages.empty() ? 1 : 0);
+  if (forms > 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  "give one of prompt, prompt_tokens or messages, not several");
+  }
+  if (!req.prompt_tokens.empty()) {
+    for (int32_t t : req.prompt_tokens) {
+      if (t < 0 || t >= m.info.n_vocab) {
+        return Status(StatusCode::kInvalidArgument, "token id out of range")
+            .with("token", t)
+            .with("n_vocab", m.info.n_vocab);
+      }
+    }
+    return req.prompt_tokens;
+  }
+  std::string text = req.prompt;
+  bool add_bos = req.add_bos;
+  if (!req.messages.empty()) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (const ChatMessage& msg : req.messages) {
+      messages.push_back({{"role", msg.role}, {"content", msg.content}});
+    }
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (!m.chat) {
+      POWER_ASSIGN_OR_RETURN(chat::ChatTemplate t, chat::ChatTemplate::from_gguf(*m.file));
+      m.chat.emplace(std::move(t));
+    }
+    chat::ChatRenderOptions ro;
+    ro.add_generation_prompt = true;
+    POWER_ASSIGN_OR_RETURN(text, m.chat->render(messages, ro));
+    // Templates that print the BOS token themselves must not get a second one.
+    const text::Tokenizer& tok = *m.tokenizer;
+    const std::string bos_text =
+        tok.special().bos >= 0 ? tok.token_text(tok.special().bos) : std::string();
+    if (!bos_text.empty() && text.rfind(bos_text, 0) == 0) add_bos = false;
+  }
+  text::EncodeOptions eo;
+  eo.add_special = add_bos;
+  eo.parse_special = true;
+  std::vector<int32_t> ids = m.tokenizer->encode(text, eo);
+  if (ids.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the prompt is empty and the vocabulary adds no BOS token");
+  }
+  return ids;
+}
+
+}  // namespace
+
+Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest request) {
+  ModelSlot& m = *handle.slot_;
+  const auto now = Clock::now();
+  POWER_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(m, request));
+  SamplerParams sp = to_sampler_params(request.sampling);
+  POWER_RETURN_IF_ERROR(sp.validate(m.info.n_vocab));
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  int64_t max_new = request.max_tokens;
+  if (max_new < 0 || (request.max_tokens_up_to_context && n_prompt + max_new > m.info.n_ctx)) {
+    max_new = std::max<int64_t>(0, m.info.n_ctx - n_prompt);
+  }
+  if (n_prompt >= m.info.n_ctx) {
+    return Status(StatusCode::kDoesNotFit, "the prompt does not fit the context")
+        .with("prompt_tokens", n_prompt)
+        .with("n_ctx", m.info.n_ctx);
+  }
+
+  auto r = std::make_shared<RequestState>();
+  r->t_submit = now;
+  r->slot = handle.slot_;
+  r->req = std::move(request);
+  r->result.usage.prompt_tokens = n_prompt;
+  r->sampler = std::make_unique<Sampler>(sp, m.info.n_vocab);
+  for (int32_t t : prompt) r->sampler->accept(t);
+  text::StreamOptions so;
+  so.at_sequence_start = prompt.size() == 1 && m.tokenizer->special().bos == prompt[0];
+  r->detok = std::make_unique<text::StreamingDetokenizer>(*m.tokenizer, so);
+  RequestHandle h;
+  h.state_ = r;
+  if (max_new == 0) {  // nothing to generate
+    r->admitted = true;
+    r->t_admit = now;
+    complete(*r, Finish::kLength, Status());
+    return h;
+  }
+
+  runtime::SeqRequest sr;
+  sr.prompt = std::move(prompt);
+  sr.max_new_tokens = static_cast<int32_t>(max_new);
+  sr.priority = static_cast<int>(r->req.priority);
+  sr.deadline = r->req.deadline;
+  sr.runner_state = r->sampler.get();
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (m.stopping) return Status(StatusCode::kCancelled, "the runtime is shutting down");
+    r->id = m.next_id++;
+    sr.id = r->id;
+    POWER_RETURN_IF_ERROR(m.sched->add(std::move(sr), now));
+    m.requests.emplace(r->id, r);
+  }
+  m.cv.notify_all();
+  return h;
+}
+
+}  // namespace power

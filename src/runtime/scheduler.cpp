@@ -1,0 +1,338 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "runtime/preemption.h"
+
+namespace power::runtime {
+
+struct Scheduler::Seq {
+  SeqRequest req;
+  std::vector<int32_t> tokens;  // prompt, then generated
+  int64_t n_prompt = 0;
+  int64_t num_computed = 0;
+  Clock::time_point arrival;
+  uint64_t arrival_order = 0;
+  uint64_t admit_order = 0;
+  MemoryPlan plan;
+  std::unique_ptr<KvSequence> kv;
+  bool cancelled = false;
+  bool admitted_before = false;
+  bool prefix_cached = false;  // the prompt's blocks were offered to the prefix cache
+  int64_t num_target() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_generated() const { return num_target() - n_prompt; }
+};
+
+int64_t StepPlan::tokens() const {
+  int64_t n = 0;
+  for (const BatchItem& it : items) n += static_cast<int64_t>(it.tokens.size());
+  return n;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPlanner& planner,
+                     const AdmissionLimits& limits)
+    : cfg_(config),
+      kv_(kv),
+      planner_(planner),
+      admission_(limits),
+      prefix_(kv, config.prefix_cache_max_entries) {
+  POWER_CHECK(cfg_.step_token_budget >= limits.max_running);
+}
+
+Scheduler::~Scheduler() {
+  running_.clear();  // KV sequences go before the prefix cache and the KV cache
+  waiting_.clear();
+}
+
+Status Scheduler::add(SeqRequest request, Clock::time_point now) {
+  if (request.prompt.empty()) {
+    return Status(StatusCode::kInvalidArgument, "the prompt has no tokens");
+  }
+  if (request.max_new_tokens < 1) {
+    return Status(StatusCode::kInvalidArgument, "max_new_tokens must be at least 1")
+        .with("max_new_tokens", request.max_new_tokens);
+  }
+  const int64_t positions = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  if (positions > cfg_.n_ctx) {
+    return Status(StatusCode::kDoesNotFit, "prompt + max new tokens exceed the context")
+        .with("prompt_tokens", request.prompt.size())
+        .with("max_new_tokens", request.max_new_tokens)
+        .with("n_ctx", cfg_.n_ctx);
+  }
+  MemoryPlan plan = planner_.plan(positions);
+  POWER_RETURN_IF_ERROR(admission_.check_ever(plan));
+  if (static_cast<int>(waiting_.size()) >= cfg_.max_waiting) {
+    return Status(StatusCode::kQueueFull, "the waiting queue is full")
+        .with("waiting", waiting_.size())
+        .with("max_waiting", cfg_.max_waiting)
+        .with("running", running_.size());
+  }
+  auto s = std::make_unique<Seq>();
+  s->tokens = request.prompt;
+  s->n_prompt = static_cast<int64_t>(request.prompt.size());
+  s->req = std::move(request);
+  s->req.prompt.clear();
+  s->arrival = now;
+  s->arrival_order = next_order_++;
+  s->plan = plan;
+  waiting_.push_back(std::move(s));
+  return Status();
+}
+
+void Scheduler::cancel(SeqId id) {
+  for (auto& s : waiting_) {
+    if (s->req.id == id) s->cancelled = true;
+  }
+  for (auto& s : running_) {
+    if (s->req.id == id) s->cancelled = true;
+  }
+}
+
+int Scheduler::effective_rank(const Seq& s, Clock::time_point now) const {
+  int64_t lift = 0;
+  if (cfg_.aging.count() > 0 && now > s.arrival) lift = (now - s.arrival) / cfg_.aging;
+  return static_cast<int>(std::max<int64_t>(0, s.req.priority - lift));
+}
+
+Scheduler::Seq* Scheduler::find_running(SeqId id) {
+  for (auto& s : running_) {
+    if (s->req.id == id) return s.get();
+  }
+  return nullptr;
+}
+
+const KvSequence* Scheduler::kv_of(SeqId id) const {
+  for (const auto& s : running_) {
+    if (s->req.id == id) return s->kv.get();
+  }
+  return nullptr;
+}
+
+int64_t Scheduler::num_computed(SeqId id) const {
+  for (const auto& s : running_) {
+    if (s->req.id == id) return s->num_computed;
+  }
+  return -1;
+}
+
+std::optional<Clock::time_point> Scheduler::next_deadline() const {
+  std::optional<Clock::time_point> d;
+  for (const auto& s : waiting_) {
+    if (s->req.deadline && (!d || *s->req.deadline < *d)) d = s->req.deadline;
+  }
+  return d;
+}
+
+bool Scheduler::ensure_blocks(KvSequence& kv, int64_t positions) {
+  for (;;) {
+    if (kv.reserve(static_cast<int>(positions)).ok()) return true;
+    if (!prefix_.evict_one()) return false;
+  }
+}
+
+bool Scheduler::admit(Seq& s, std::vector<SeqEvent>& events) {
+  if (!admission_.reserve(s.plan)) return false;
+  s.kv = std::make_unique<KvSequence>(kv_);
+  int64_t cached = 0;
+  if (cfg_.prefix_reuse) {
+    // Leave at least one token to compute: its logits give the next token.
+    const int bt = kv_->config().block_tokens;
+    std::vector<int> blocks = prefix_.match(s.tokens, (s.num_target() - 1) / bt);
+    s.kv->share_prefix(blocks);
+    cached = static_cast<int64_t>(blocks.size()) * bt;
+  }
+  s.num_computed = cached;
+  s.admit_order = next_order_++;
+  SeqEvent e;
+  e.kind = SeqEvent::Kind::kAdmitted;
+  e.id = s.req.id;
+  e.cached_tokens = cached;
+  e.resumed = s.admitted_before;
+  s.admitted_before = true;
+  events.push_back(std::move(e));
+  return true;
+}
+
+void Scheduler::release(Seq& s) {
+  if (!s.kv) return;
+  if (cfg_.prefix_reuse) prefix_.insert(s.tokens, s.kv->n_tokens(), s.kv->blocks());
+  s.kv.reset();
+  s.num_computed = 0;
+  admission_.release(s.plan);
+}
+
+void Scheduler::preempt(size_t running_index, Clock::time_point now,
+                        std::vector<SeqEvent>& events) {
+  std::unique_ptr<Seq> s = std::move(running_[running_index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  release(*s);
+  SeqEvent e;
+  e.kind = SeqEvent::Kind::kPreempted;
+  e.id = s->req.id;
+  events.push_back(std::move(e));
+  waiting_.push_back(std::move(s));
+}
+
+StepPlan Scheduler::plan(Clock::time_point now) {
+  StepPlan plan;
+  auto end_event = [&](const Seq& s, SeqEnd end, Status st) {
+    SeqEvent e;
+    e.kind = SeqEvent::Kind::kFinished;
+    e.id = s.req.id;
+    e.end = end;
+    e.status = std::move(st);
+    plan.events.push_back(std::move(e));
+  };
+  // 1. Cancellations free their sequence and KV.
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->cancelled) {
+      release(*running_[i]);
+      end_event(*running_[i], SeqEnd::kCancelled, Status(StatusCode::kCancelled, "cancelled"));
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  // 2. Cancelled or expired waiting requests leave the queue.
+  for (size_t i = 0; i < waiting_.size();) {
+    Seq& s = *waiting_[i];
+    if (s.cancelled) {
+      end_event(s, SeqEnd::kCancelled, Status(StatusCode::kCancelled, "cancelled"));
+    } else if (s.req.deadline && now >= *s.req.deadline) {
+      end_event(
+          s, SeqEnd::kRejected,
+          Status(StatusCode::kDeadlineExceeded, "the request did not fit before its deadline")
+              .with("needed_bytes", s.plan.total_bytes())
+              .with("reserved_bytes", admission_.reserved_bytes())
+              .with("budget_bytes", admission_.limits().budget_bytes)
+              .with("running", admission_.running())
+              .with("max_running", admission_.limits().max_running)
+              .with(
+                  "waited_ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - s.arrival).count()));
+    } else {
+      ++i;
+      continue;
+    }
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  // 3. Admission in priority order (aging included); the head blocks the rest.
+  std::stable_sort(waiting_.begin(), waiting_.end(), [&](const auto& a, const auto& b) {
+    const int ra = effective_rank(*a, now), rb = effective_rank(*b, now);
+    return ra != rb ? ra < rb : a->arrival_order < b->arrival_order;
+  });
+  while (!waiting_.empty()) {
+    Seq& head = *waiting_.front();
+    if (!admission_.fits_now(head.plan)) {
+      std::vector<PreemptCandidate> cands;
+      for (const auto& r : running_) {
+        cands.push_back({r->req.priority, effective_rank(*r, now), r->admit_order});
+      }
+      const int victim = Preemption::pick_victim(cands, head.req.priority);
+      if (victim < 0) break;
+      preempt(static_cast<size_t>(victim), now, plan.events);
+      continue;
+    }
+    std::unique_ptr<Seq> s = std::move(waiting_.front());
+    waiting_.erase(waiting_.begin());
+    POWER_CHECK(admit(*s, plan.events));
+    running_.push_back(std::move(s));
+  }
+  // 4. One batch: decode tokens first, then prompt chunks, under the token budget.
+  int64_t budget = cfg_.step_token_budget;
+  auto add_item = [&](Seq& s, int64_t n) {
+    if (!ensure_blocks(*s.kv, s.num_computed + n)) {
+      // Cannot happen while reservations hold; fail the sequence rather than the process.
+      s.cancelled = true;
+      return;
+    }
+    BatchItem it;
+    it.id = s.req.id;
+    it.kv = s.kv.get();
+    it.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.num_computed),
+                                                           static_cast<size_t>(n));
+    it.wants_token = s.num_computed + n == s.num_target();
+    it.runner_state = s.req.runner_state;
+    plan.items.push_back(it);
+    budget -= n;
+  };
+  for (auto& s : running_) {
+    if (budget > 0 && s->num_target() - s->num_computed == 1) add_item(*s, 1);
+  }
+  for (auto& s : running_) {
+    const int64_t left = s->num_target() - s->num_computed;
+    if (budget > 0 && left > 1) add_item(*s, std::min(left, budget));
+  }
+  return plan;
+}
+
+std::vector<SeqEvent> Scheduler::commit(const StepPlan& plan, std::span<const int32_t> next_tokens,
+                                        const Status& run_status) {
+  std::vector<SeqEvent> events;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const BatchItem& it = plan.items[i];
+    Seq* s = find_running(it.id);
+    if (s == nullptr) continue;
+    SeqEvent e;
+    e.id = it.id;
+    if (!run_status.ok()) {
+      release(*s);
+      e.kind = SeqEvent::Kind::kFinished;
+      e.end = SeqEnd::kFailed;
+      e.status = run_status;
+      events.push_back(std::move(e));
+      running_.erase(std::find_if(running_.begin(), running_.end(),
+                                  [&](const auto& p) { return p.get() == s; }));
+      continue;
+    }
+    s->num_computed += static_cast<int64_t>(it.tokens.size());
+    POWER_CHECK(s->kv->n_tokens() == s->num_computed);
+    if (!it.wants_token || s->cancelled) continue;
+    if (cfg_.prefix_reuse && !s->prefix_cached) {
+      prefix_.insert(s->tokens, s->num_computed, s->kv->blocks());
+      s->prefix_cached = true;
+    }
+    s->tokens.push_back(next_tokens[i]);
+    e.kind = SeqEvent::Kind::kToken;
+    e.token = next_tokens[i];
+    events.push_back(e);
+    if (s->n_generated() >= s->req.max_new_tokens) {
+      release(*s);
+      e.kind = SeqEvent::Kind::kFinished;
+      e.end = SeqEnd::kLength;
+      e.token = -1;
+      events.push_back(std::move(e));
+      running_.erase(std::find_if(running_.begin(), running_.end(),
+                                  [&](const auto& p) { return p.get() == s; }));
+    }
+  }
+  return events;
+}
+
+void Scheduler::finish(SeqId id) {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i]->req.id == id) {
+      release(*running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (waiting_[i]->req.id == id) {
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+std::vector<SeqEvent> Scheduler::step(Clock::time_point now, StepRunner& runner) {
+  StepPlan p = plan(now);
+  std::vector<int32_t> next(p.items.size(), -1);
+  Status st;
+  if (!p.items.empty()) st = runner.run(p.items, next);
+  std::vector<SeqEvent> events = std::move(p.events);
+  for (SeqEvent& e : commit(p, next, st)) events.push_back(std::move(e));
+  return events;
+}
+
+}  // namespace power::runtime

@@ -1,0 +1,144 @@
+// The scheduler: a model-free state machine for continuous batching.
+//
+// Every sequence has `tokens` (prompt, then generated), num_computed (positions whose KV is
+// written) and num_target (= tokens.size(): what must be computed before the next token can
+// be sampled). A step is plan() -> the runner's one forward pass -> commit():
+//  - plan() ends cancelled sequences (freeing their KV and reservation), rejects waiting ones
+//    past their deadline, admits waiting sequences in priority order (aging lifts a waiting
+//    request one level per `aging` interval, so none starves; the head of the queue blocks
+//    the ones behind it) while Admission says they fit, preempting lower-priority work when
+//    that makes room, and adopts cached prefix blocks (PrefixCache). It then fills one batch
+//    under the per-step token budget: one decode token per running sequence first, then
+//    chunks of prompts still being prefilled.
+//  - commit() advances num_computed, appends the sampled tokens and ends sequences that
+//    reached max_new_tokens.
+//  - finish() ends a sequence the caller stopped (end-of-generation token, stop string).
+// The runner does the math (StepRunner; a model, or a fake in tests) and only sees BatchItems.
+// Memory: each running sequence holds a reservation (MemoryPlan) for prompt + max new tokens;
+// reservations never exceed the limits, so KV blocks can always be found (idle prefix-cache
+// blocks are evicted on demand).
+// Thread-safety: none. The runtime calls it under its own mutex; spans in a StepPlan stay
+// valid until commit() (add/cancel between plan and commit are fine).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "device/kv_cache.h"
+#include "runtime/admission.h"
+#include "runtime/prefix_cache.h"
+
+namespace power::runtime {
+
+using Clock = std::chrono::steady_clock;
+using SeqId = uint64_t;
+
+struct SchedulerConfig {
+  int max_waiting = 64;
+  int64_t step_token_budget = 512;  // tokens per forward pass (>= max_running)
+  int64_t n_ctx = 2048;             // positions per sequence
+  Clock::duration aging = std::chrono::seconds(2);
+  bool prefix_reuse = true;
+  size_t prefix_cache_max_entries = 1 << 16;
+};
+
+struct SeqRequest {
+  SeqId id = 0;
+  std::vector<int32_t> prompt;
+  int32_t max_new_tokens = 1;                 // > 0
+  int priority = 1;                           // 0 high, 1 normal, 2 low
+  std::optional<Clock::time_point> deadline;  // latest time it may still be waiting
+  void* runner_state = nullptr;               // handed to the runner (e.g. its sampler)
+};
+
+struct BatchItem {
+  SeqId id = 0;
+  KvSequence* kv = nullptr;
+  std::span<const int32_t> tokens;  // appended at kv->n_tokens()
+  bool wants_token = false;         // the chunk ends the known tokens: sample the next one
+  void* runner_state = nullptr;
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // One forward pass over all items; next_tokens[i] = the token sampled for item i when
+  // items[i].wants_token. Must append the items' tokens to their KvSequence.
+  virtual Status run(std::span<const BatchItem> items, std::span<int32_t> next_tokens) = 0;
+};
+
+enum class SeqEnd { kLength, kCancelled, kRejected, kFailed };
+
+struct SeqEvent {
+  enum class Kind { kAdmitted, kPreempted, kToken, kFinished };
+  Kind kind = Kind::kToken;
+  SeqId id = 0;
+  int32_t token = -1;            // kToken
+  int64_t cached_tokens = 0;     // kAdmitted: prompt positions taken from the prefix cache
+  bool resumed = false;          // kAdmitted after a preemption
+  SeqEnd end = SeqEnd::kLength;  // kFinished
+  Status status;                 // kFinished with kRejected / kFailed
+};
+
+struct StepPlan {
+  std::vector<BatchItem> items;
+  std::vector<SeqEvent> events;  // admissions, preemptions and ends decided while planning
+  int64_t tokens() const;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPlanner& planner,
+            const AdmissionLimits& limits);
+  ~Scheduler();
+
+  // Queues a request. kInvalidArgument (empty prompt, max_new_tokens < 1), kDoesNotFit
+  // (never fits the context or the memory budget; the numbers in the context) or kQueueFull.
+  Status add(SeqRequest request, Clock::time_point now);
+  // Marks a sequence cancelled; plan() ends it and frees its memory. Unknown ids are ignored.
+  void cancel(SeqId id);
+  StepPlan plan(Clock::time_point now);
+  std::vector<SeqEvent> commit(const StepPlan& plan, std::span<const int32_t> next_tokens,
+                               const Status& run_status);
+  // Ends a sequence now (the caller saw a stop condition) and frees its memory.
+  void finish(SeqId id);
+  // plan() + run + commit() in one call (tests and simple drivers).
+  std::vector<SeqEvent> step(Clock::time_point now, StepRunner& runner);
+
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  int n_running() const { return static_cast<int>(running_.size()); }
+  int n_waiting() const { return static_cast<int>(waiting_.size()); }
+  std::optional<Clock::time_point> next_deadline() const;
+  const Admission& admission() const { return admission_; }
+  const MemoryPlanner& planner() const { return planner_; }
+  PrefixCache& prefix_cache() { return prefix_; }
+  KvCache& kv_cache() { return *kv_; }
+  // For tests: the KV sequence and computed positions of a running sequence (null if none).
+  const KvSequence* kv_of(SeqId id) const;
+  int64_t num_computed(SeqId id) const;
+
+ private:
+  struct Seq;
+  int effective_rank(const Seq& s, Clock::time_point now) const;
+  bool admit(Seq& s, std::vector<SeqEvent>& events);
+  void release(Seq& s);
+  void preempt(size_t running_index, Clock::time_point now, std::vector<SeqEvent>& events);
+  bool ensure_blocks(KvSequence& kv, int64_t positions);
+  Seq* find_running(SeqId id);
+
+  SchedulerConfig cfg_;
+  KvCache* kv_;
+  MemoryPlanner planner_;
+  Admission admission_;
+  PrefixCache prefix_;
+  std::vector<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;  // admission order
+  uint64_t next_order_ = 0;
+};
+
+}  // namespace power::runtime
