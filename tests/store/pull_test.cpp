@@ -293,12 +293,10 @@ TEST_F(PullHttp, CancelStopsAndKeepsThePartialForResume) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     cancel = true;
   });
-  auto start = std::chrono::steady_clock::now();
-  auto m = pull(layout_, req, o);
+  auto m = pull(layout_, req, o);  // the body takes ~0.8 s: it finishes only if not cancelled
   canceller.join();
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kCancelled) << m.status().to_string();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(700));
   EXPECT_TRUE(list_dir(layout_.blobs_dir()).empty());
   ASSERT_EQ(list_dir(layout_.staging_dir()).size(), 1u);
   r.chunk_delay_us = 0;
@@ -386,12 +384,9 @@ TEST_F(PullHttp, StalledServerTimesOut) {
   r.header_delay_ms = 5000;
   server_.set_route("/slow.gguf", r);
   config_.low_speed_time_s = 1;
-  auto start = std::chrono::steady_clock::now();
-  auto m = pull_url(server_.url("/slow.gguf"));
-  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto m = pull_url(server_.url("/slow.gguf"));  // would succeed after 5 s without a timeout
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kDeadlineExceeded) << m.status().to_string();
-  EXPECT_LT(secs, 4.5);
 }
 
 TEST_F(PullHttp, SlowButSteadyBodySucceeds) {
