@@ -588,6 +588,7 @@ Result<std::string> Template::render(const nlohmann::ordered_json& context,
   if (!context.is_object() && !context.is_null()) {
     return Status(StatusCode::kInvalidArgument, "template context must be a JSON object");
   }
+  ContainerTracker tracker;  // outlives every value of this render; frees reference cycles
   try {
     Value ctx = context.is_null() ? Value::object() : Value::from_json(context, kMaxValueDepth);
     Interpreter interpreter(limits_, options);

@@ -8,6 +8,18 @@
 // matches json.dumps (ensure_ascii off, ", " and ": " separators, `indent`, `sort_keys`).
 // Every render is bounded by JinjaLimits; exceeding one is a kResourceExhausted Status, never a
 // crash or a hang. Errors are Status values with "line" and "column" context.
+//
+// Supported: {{ }}, {% %}, {# #} with -/+ whitespace control; raw; if/elif/else; for (tuple
+// targets, `if` filter, else, loop.index/index0/revindex/revindex0/first/last/length/previtem/
+// nextitem/cycle/depth, break/continue); set (incl. tuples, ns.attr, block set with filters);
+// macro (defaults, keywords, varargs/kwargs, caller); call blocks; filter blocks; with; do;
+// generation blocks. Expressions: literals (str, int, float, list, tuple, dict with any hashable
+// keys, true/True/none/None), arithmetic (+ - * / // % **), ~, comparisons (chained), in/not in,
+// and/or/not, is [not] <test>, inline if/else, attribute/item access, slices [a:b:c], calls.
+// Values behave like Python's (str/repr/json.dumps formatting, Markup from |safe/|escape).
+// The filter and test tables live in filters.cpp and globals.cpp; unknown names are parse
+// errors naming them. Not supported: include/import/extends/block, recursive loops, *args
+// call syntax, printf-style `%` on strings.
 // Thread-safety: a parsed Template is immutable; render() may run concurrently from threads.
 #pragma once
 

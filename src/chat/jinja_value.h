@@ -152,6 +152,24 @@ struct Object {
 // Identity of a non-string dict key: equal for Python-equal keys; throws if unhashable.
 std::string dict_key_id(const Value& key, int depth = 0);
 
+// Records the containers created on this thread while it lives; on destruction it empties the
+// ones still alive. Template::render holds one around each render: when the render's values are
+// gone, only reference cycles (`{% set ns.me = ns %}`, a list appended to itself) keep a
+// container alive, and emptying it frees the cycle, so templates cannot leak memory.
+class ContainerTracker {
+ public:
+  ContainerTracker();
+  ~ContainerTracker();
+  ContainerTracker(const ContainerTracker&) = delete;
+  ContainerTracker& operator=(const ContainerTracker&) = delete;
+
+  static void track(const std::shared_ptr<void>& container, Value::Kind kind);
+
+ private:
+  std::vector<std::pair<std::weak_ptr<void>, Value::Kind>> tracked_;
+  ContainerTracker* previous_;
+};
+
 // Arguments of a call: positional then keyword, in source order.
 struct CallArgs {
   std::vector<Value> positional;

@@ -227,6 +227,32 @@ Object::~Object() {
   });
 }
 
+thread_local ContainerTracker* g_tracker = nullptr;
+
+ContainerTracker::ContainerTracker() : previous_(g_tracker) {
+  g_tracker = this;
+}
+
+ContainerTracker::~ContainerTracker() {
+  g_tracker = previous_;
+  for (auto& [weak, kind] : tracked_) {
+    std::shared_ptr<void> alive = weak.lock();
+    if (!alive) continue;
+    if (kind == Value::Kind::kArray) {
+      Array items = std::move(static_cast<ArrayBox*>(alive.get())->items);
+    } else {
+      auto* obj = static_cast<Object*>(alive.get());
+      std::vector<std::pair<Value, Value>> items = std::move(obj->items);
+      obj->index.clear();
+      obj->other_index.clear();
+    }
+  }
+}
+
+void ContainerTracker::track(const std::shared_ptr<void>& container, Value::Kind kind) {
+  if (g_tracker != nullptr) g_tracker->tracked_.emplace_back(container, kind);
+}
+
 Array& Value::arr() const {
   return static_cast<ArrayBox*>(ptr_.get())->items;
 }
@@ -283,12 +309,14 @@ Value Value::array(Array items, bool is_tuple) {
   v.kind_ = Kind::kArray;
   v.tuple_ = is_tuple;
   v.ptr_ = std::make_shared<ArrayBox>(std::move(items));
+  ContainerTracker::track(v.ptr_, Kind::kArray);
   return v;
 }
 Value Value::object() {
   Value v;
   v.kind_ = Kind::kObject;
   v.ptr_ = std::make_shared<Object>();
+  ContainerTracker::track(v.ptr_, Kind::kObject);
   return v;
 }
 Value Value::namespace_object() {

@@ -148,6 +148,18 @@ TEST(JinjaLimits, DeepNestingIsAnErrorNotACrash) {
   expect_error(render("{{ x }}", {{"x", deep_json}}), StatusCode::kResourceExhausted, "deep");
 }
 
+// Reference cycles a template builds are freed after the render (the sanitizer build's leak
+// checker fails this test otherwise).
+TEST(JinjaLimits, ReferenceCyclesDoNotLeak) {
+  Result<std::string> r = render(
+      "{% set ns = namespace(items=[]) %}{% set ns.me = ns %}{% do ns.items.append(ns) %}"
+      "{% set l = [1] %}{% do l.append(l) %}{% do l.append(l.append) %}"
+      "{% set d = {'k': []} %}{% do d['k'].append(d) %}"
+      "{% for i in range(100) %}{% set ns.x = [ns, ns.x] %}{% endfor %}ok");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "ok");
+}
+
 TEST(JinjaErrors, SyntaxErrorsCarryLineAndColumn) {
   Result<std::string> r = render("Hello\n{% if x %}\nnever closed");
   expect_error(r, StatusCode::kInvalidArgument, "endif");
