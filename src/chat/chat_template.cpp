@@ -143,6 +143,7 @@ Result<json> ChatTemplate::normalize_messages(const json& messages) const {
 
 Result<std::string> ChatTemplate::render(const json& messages,
                                          const ChatRenderOptions& options) const {
+  if (tool_use_ && options.tools.is_array()) return tool_use_->render(messages, options);
   POWER_ASSIGN_OR_RETURN(json normalized, normalize_messages(messages));
   if (!options.tools.is_null() && !options.tools.is_array()) {
     return Status(StatusCode::kInvalidArgument, "chat tools must be a JSON array");

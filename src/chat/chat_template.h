@@ -18,7 +18,9 @@
 //    form the template cannot print are converted: a string holding a JSON object is parsed
 //    (Llama 3.1, Qwen 2.5 and Mistral apply `tojson` to a dict); an object is serialised as
 //    compact JSON (DeepSeek concatenates a string). Otherwise they pass through unchanged.
-// With no template in the file, ChatML is used and a warning is logged saying so.
+// With no template in the file, ChatML is used and a warning is logged saying so. A file may
+// also carry a tool-use variant (`tokenizer.chat_template.tool_use`, e.g. Command-R, Hermes):
+// as in Hugging Face, it renders requests that pass tools.
 //
 // Errors are Status values: bad messages JSON (kInvalidArgument naming the message index),
 // template syntax errors (context line/column), `raise_exception()` in the template (its
@@ -66,8 +68,8 @@ class ChatTemplate {
                                           std::string eos_token = {},
                                           const JinjaLimits& limits = {});
 
-  // Reads tokenizer.chat_template and the bos/eos strings (tokenizer.ggml.tokens at
-  // tokenizer.ggml.bos_token_id / eos_token_id). No template: ChatML, with a warning.
+  // Reads tokenizer.chat_template (and .tool_use) and the bos/eos strings (tokenizer.ggml.tokens
+  // at tokenizer.ggml.bos_token_id / eos_token_id). No template: ChatML, with a warning.
   static Result<ChatTemplate> from_gguf(const GgufFile& file, const JinjaLimits& limits = {});
 
   // from_gguf over any metadata lookup (returns null for an absent key).
@@ -86,6 +88,8 @@ class ChatTemplate {
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
   bool is_chatml_fallback() const { return chatml_fallback_; }
+  // The variant used when tools are passed, if the model has one.
+  const ChatTemplate* tool_use_variant() const { return tool_use_.get(); }
   // Probe results (see the contract): how this template wants message content.
   bool renders_string_content() const { return string_content_; }
   bool renders_typed_content() const { return typed_content_; }
@@ -114,6 +118,7 @@ class ChatTemplate {
   bool typed_content_ = false;
   bool object_arguments_ = false;
   bool string_arguments_ = false;
+  std::shared_ptr<const ChatTemplate> tool_use_;
 };
 
 }  // namespace power::chat

@@ -38,7 +38,17 @@ Result<ChatTemplate> ChatTemplate::from_metadata(const MetadataLookup& find,
   if (source == nullptr) {
     return Status(StatusCode::kInvalidArgument, "tokenizer.chat_template is not a string");
   }
-  return from_string(*source, std::move(bos), std::move(eos), limits);
+  POWER_ASSIGN_OR_RETURN(ChatTemplate t, from_string(*source, bos, eos, limits));
+  if (const GgufValue* tool_use = find("tokenizer.chat_template.tool_use")) {
+    const std::string* tool_source = tool_use->as_string();
+    if (tool_source == nullptr) {
+      return Status(StatusCode::kInvalidArgument,
+                    "tokenizer.chat_template.tool_use is not a string");
+    }
+    POWER_ASSIGN_OR_RETURN(ChatTemplate variant, from_string(*tool_source, bos, eos, limits));
+    t.tool_use_ = std::make_shared<const ChatTemplate>(std::move(variant));
+  }
+  return t;
 }
 
 Result<ChatTemplate> ChatTemplate::from_gguf(const GgufFile& file, const JinjaLimits& limits) {

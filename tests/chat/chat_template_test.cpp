@@ -356,6 +356,33 @@ TEST(ChatTemplateGguf, SharedPhi3VocabCarriesThePhi3Template) {
   EXPECT_EQ(*out, expected_output("phi3-mini/basic"));
 }
 
+TEST(ChatTemplateGguf, ToolUseVariantRendersRequestsWithTools) {
+  std::map<std::string, GgufValue> kv;
+  kv["tokenizer.ggml.tokens"] = GgufValue::string_array({"<s>", "</s>"});
+  kv["tokenizer.ggml.bos_token_id"] = GgufValue::u32(0);
+  kv["tokenizer.ggml.eos_token_id"] = GgufValue::u32(1);
+  kv["tokenizer.chat_template"] = GgufValue::str(read_text("templates/chatml.jinja"));
+  kv["tokenizer.chat_template.tool_use"] =
+      GgufValue::str(read_text("templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"));
+  Result<ChatTemplate> t =
+      ChatTemplate::from_metadata([&](std::string_view key) -> const GgufValue* {
+        auto it = kv.find(std::string(key));
+        return it == kv.end() ? nullptr : &it->second;
+      });
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_NE(t->tool_use_variant(), nullptr);
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  Result<std::string> plain = t->render(conversation("basic"), options);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, expected_output("chatml/basic"));
+  options.tools = cases_json()["tools"];
+  Result<std::string> with_tools = t->render(conversation("tools_obj"), options);
+  ASSERT_TRUE(with_tools.ok()) << with_tools.status().to_string();
+  EXPECT_EQ(*with_tools,
+            expected_output("compat/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use/tools_obj"));
+}
+
 TEST(ChatTemplateGguf, WrongTypesAreErrors) {
   std::map<std::string, GgufValue> kv;
   kv["tokenizer.chat_template"] = GgufValue::u32(7);
