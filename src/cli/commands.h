@@ -15,5 +15,7 @@ void add_quantize_commands(CLI::App& app);  // quantize
 void add_run_commands(CLI::App& app);       // run, logits, convert
 void add_text_commands(CLI::App& app);      // tokenize, detokenize
 void add_template_commands(CLI::App& app);  // template
+void add_bench_commands(CLI::App& app);     // bench
+void add_dev_commands(CLI::App& app);       // dev synth
 
 }  // namespace power::cli

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   power::cli::add_run_commands(app);
   power::cli::add_text_commands(app);
   power::cli::add_template_commands(app);
+  power::cli::add_bench_commands(app);
+  power::cli::add_dev_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

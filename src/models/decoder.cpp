@@ -1,6 +1,8 @@
 #include "models/decoder.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/matmul.h"
@@ -94,49 +96,90 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
     seq.cache().write_k(layer, seq.block_of(p), seq.slot_of(p), k + t * n_kv * hd_k);
     seq.cache().write_v(layer, seq.block_of(p), seq.slot_of(p), v + t * n_kv * hd_v);
   }
-  // 2. Each (token, head) attends over its sequence's positions [lo, pos].
+  // 2. Each (token, head) attends over its sequence's positions [lo, pos]. Work items are
+  // (block of up to kTokenBlock consecutive tokens of one sequence, KV head): each cached K/V
+  // row is read (and converted to f32) once per item and used by all the block's queries of
+  // the head group, instead of once per (token, head). Per query the arithmetic and its order
+  // are unchanged (dot, scale, softmax over [lo, pos], then o += w * v for ascending j).
   const bool f16_cache =
       ws.chunks.empty() ? false : ws.chunks[0].seq->cache().config().dtype == GgmlType::F16;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_k));
-  const size_t items = static_cast<size_t>(ws.n_tokens * n_head);
-  ws.cpu.pool().parallel_for(items, [&](size_t begin, size_t end, int thread) {
-    float* scores = ws.cpu.span_scratch(thread);
+  constexpr int64_t kTokenBlock = 16;
+  // One run of tokens [t0, t1) of one sequence against KV head kvh.
+  auto attend_run = [&](int64_t t0, int64_t t1, int64_t kvh, int thread) {
     float* row = ws.cpu.row_scratch(thread);
-    for (size_t item = begin; item < end; ++item) {
-      const int64_t t = static_cast<int64_t>(item) / n_head;
-      const int64_t h = static_cast<int64_t>(item) % n_head;
-      const int64_t kvh = h / group;
-      const KvSequence& seq =
-          *ws.chunks[static_cast<size_t>(ws.chunk_of[static_cast<size_t>(t)])].seq;
-      const KvCache& cache = seq.cache();
+    const KvSequence& seq =
+        *ws.chunks[static_cast<size_t>(ws.chunk_of[static_cast<size_t>(t0)])].seq;
+    const KvCache& cache = seq.cache();
+    const int64_t nq = (t1 - t0) * group;  // query qi = (t - t0) * group + (h - kvh * group)
+    int64_t lo_min = INT64_MAX, p_max = 0;
+    for (int64_t t = t0; t < t1; ++t) {
       const int64_t p = ws.pos[static_cast<size_t>(t)];
       int64_t lo = 0;
       if (hp.sliding_window > 0 && p - hp.sliding_window + 1 > 0) lo = p - hp.sliding_window + 1;
+      lo_min = std::min(lo_min, lo);
+      p_max = std::max(p_max, p);
+    }
+    const int64_t span = p_max - lo_min + 1;
+    // Scratch: scores [nq x span], queries [nq x hd_k].
+    float* scores = ws.cpu.tile_scratch(thread, static_cast<uint64_t>(nq * (span + hd_k)));
+    float* qs = scores + nq * span;
+    auto q_lo = [&](int64_t qi) {
+      const int64_t p = ws.pos[static_cast<size_t>(t0 + qi / group)];
+      return (hp.sliding_window > 0 && p - hp.sliding_window + 1 > 0) ? p - hp.sliding_window + 1
+                                                                      : int64_t{0};
+    };
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
+      std::memcpy(qs + qi * hd_k, q + (t * n_head + h) * hd_k,
+                  static_cast<size_t>(hd_k) * sizeof(float));
       // The peer multiplies an F16 cache by the query rounded to F16; do the same so that
       // both caches give the peer's numbers.
-      float qh[1024];
-      const float* qsrc = q + (t * n_head + h) * hd_k;
-      const float* qv = qsrc;
-      if (f16_cache && hd_k <= 1024) {
-        std::memcpy(qh, qsrc, static_cast<size_t>(hd_k) * sizeof(float));
-        round_to_f16(qh, hd_k);
-        qv = qh;
+      if (f16_cache) round_to_f16(qs + qi * hd_k, hd_k);
+    }
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      cache.read_k(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
+                   static_cast<int>(kvh), row);
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        const int64_t p = ws.pos[static_cast<size_t>(t0 + qi / group)];
+        if (j > p || j < q_lo(qi)) continue;
+        scores[qi * span + (j - lo_min)] = dot_f32(qs + qi * hd_k, row, hd_k) * scale;
       }
-      for (int64_t j = lo; j <= p; ++j) {
-        cache.read_k(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
-                     static_cast<int>(kvh), row);
-        scores[j - lo] = dot_f32(qv, row, hd_k) * scale;
-      }
-      const int64_t span = p - lo + 1;
-      softmax(scores, span);
-      if (f16_cache) round_to_f16(scores, span);
-      float* o = out + (t * n_head + h) * hd_v;
-      std::memset(o, 0, static_cast<size_t>(hd_v) * sizeof(float));
-      for (int64_t j = lo; j <= p; ++j) {
-        cache.read_v(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
-                     static_cast<int>(kvh), row);
-        const float w = scores[j - lo];
+    }
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
+      const int64_t lo = q_lo(qi), p = ws.pos[static_cast<size_t>(t)];
+      float* sc = scores + qi * span + (lo - lo_min);
+      softmax(sc, p - lo + 1);
+      if (f16_cache) round_to_f16(sc, p - lo + 1);
+      std::memset(out + (t * n_head + h) * hd_v, 0, static_cast<size_t>(hd_v) * sizeof(float));
+    }
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      cache.read_v(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
+                   static_cast<int>(kvh), row);
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
+        if (j > ws.pos[static_cast<size_t>(t)] || j < q_lo(qi)) continue;
+        const float w = scores[qi * span + (j - lo_min)];
+        float* o = out + (t * n_head + h) * hd_v;
         for (int64_t d = 0; d < hd_v; ++d) o[d] += w * row[d];
+      }
+    }
+  };
+  const int64_t n_blocks = (ws.n_tokens + kTokenBlock - 1) / kTokenBlock;
+  const size_t items = static_cast<size_t>(n_blocks * n_kv);
+  ws.cpu.pool().parallel_for(items, [&](size_t begin, size_t end, int thread) {
+    for (size_t item = begin; item < end; ++item) {
+      const int64_t b = static_cast<int64_t>(item) / n_kv, kvh = static_cast<int64_t>(item) % n_kv;
+      const int64_t b_end = std::min(ws.n_tokens, (b + 1) * kTokenBlock);
+      for (int64_t t0 = b * kTokenBlock; t0 < b_end;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < b_end &&
+               ws.chunk_of[static_cast<size_t>(t1)] == ws.chunk_of[static_cast<size_t>(t0)]) {
+          ++t1;
+        }
+        attend_run(t0, t1, kvh, thread);
+        t0 = t1;
       }
     }
   });

@@ -27,6 +27,13 @@ class CpuContext {
   int64_t max_row() const { return max_row_; }
   int64_t max_span() const { return max_span_; }
   uint64_t scratch_bytes() const;
+  // A 64-byte aligned buffer of at least `bytes` for the quantized activations of one matmul
+  // call. It grows (reallocates) only when a call needs more than any call before, so steady
+  // decoding does not allocate; the pointer is valid until the next call.
+  uint8_t* act_scratch(uint64_t bytes);
+  // Per-thread f32 scratch of at least `floats` for attention tiles (scores of a block of
+  // queries over a span). Grows like act_scratch; each thread may only touch its own.
+  float* tile_scratch(int thread, uint64_t floats);
 
  private:
   ThreadPool pool_;
@@ -34,6 +41,8 @@ class CpuContext {
   int64_t max_span_;
   std::vector<std::vector<float>> row_scratch_;
   std::vector<std::vector<float>> span_scratch_;
+  std::vector<uint8_t> act_scratch_;
+  std::vector<std::vector<float>> tile_scratch_;
 };
 
 }  // namespace power

@@ -1,6 +1,16 @@
+// Matmul dispatch: picks the ISA's kernel for the weight type once per call, quantizes the
+// activations once per call into the kernel layout (matmul_internal.h), and splits the weight
+// rows over the context's threads. Types without a SIMD kernel, and POWER_FORCE_ISA=scalar,
+// take the scalar reference path (f32 decode of each weight row).
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/ops.h"
+#include "tensor/half.h"
 #include "tensor/quant.h"
 
 namespace power {
@@ -11,8 +21,10 @@ void matrix_row_f32(const TensorView& w, int64_t r, float* out) {
   POWER_CHECK_MSG(st.ok(), "dequantize_row failed on a validated tensor");
 }
 
-void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
-            float* y, int64_t ldy) {
+namespace {
+
+void matmul_scalar(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx,
+                   int64_t n_tokens, float* y, int64_t ldy) {
   const int64_t k = w.ne[0];
   const int64_t rows = w.ne[1];
   POWER_CHECK(k <= ctx.max_row());
@@ -31,6 +43,127 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
         y[t * ldy + static_cast<int64_t>(r)] = dot_f32(wr, x + t * ldx, k);
       }
     }
+  });
+}
+
+uint64_t round_up64(uint64_t n) {
+  return (n + 63) / 64 * 64;
+}
+
+// Bytes of one token's record in the kernel layout (matmul_internal.h).
+uint64_t act_record_bytes(GgmlType act, int64_t k) {
+  const auto uk = static_cast<uint64_t>(k);
+  switch (act) {
+    case GgmlType::Q8_0:
+      return round_up64(uk + uk / 32 * 4);
+    case GgmlType::Q8_1:
+      return round_up64(uk + uk / 32 * 8);
+    case GgmlType::Q8_K:
+      return round_up64(uk + uk / 256 * 4 + uk / 16 * 2);
+    default:
+      return 0;
+  }
+}
+
+// Quantizes one f32 row with the reference quantizer (ggml blocks in `tmp`) and lays it out
+// for the kernels in `rec`.
+void quantize_act_record(GgmlType act, const float* x, int64_t k, uint8_t* tmp, uint8_t* rec) {
+  Status st = quantize_activation_row(act, x, tmp, k);
+  POWER_CHECK_MSG(st.ok(), "activation quantization failed on a validated shape");
+  auto* q = reinterpret_cast<int8_t*>(rec);
+  if (act == GgmlType::Q8_K) {
+    const int64_t nb = k / 256;
+    auto* d = reinterpret_cast<float*>(rec + kernels::act_d_offset(k));
+    auto* bsums = reinterpret_cast<int16_t*>(rec + kernels::act_bsums_offset(k));
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = tmp + b * 292;  // f32 d, int8 q[256], int16 bsums[16]
+      std::memcpy(d + b, blk, 4);
+      std::memcpy(q + 256 * b, blk + 4, 256);
+      std::memcpy(bsums + 16 * b, blk + 260, 32);
+    }
+    return;
+  }
+  const int64_t nb = k / 32;
+  const bool q8_1 = act == GgmlType::Q8_1;
+  const uint64_t blk_bytes = q8_1 ? 36 : 34;  // f16 d, (f16 s), int8 q[32]
+  auto* d = reinterpret_cast<float*>(rec + kernels::act_d_offset(k));
+  auto* s = reinterpret_cast<float*>(rec + kernels::act_s_offset(k));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = tmp + static_cast<uint64_t>(b) * blk_bytes;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    d[b] = f16_to_f32(h);
+    if (q8_1) {
+      std::memcpy(&h, blk + 2, 2);
+      s[b] = f16_to_f32(h);
+    }
+    std::memcpy(q + 32 * b, blk + (q8_1 ? 4 : 2), 32);
+  }
+}
+
+kernels::MatmulRowsFn kernel_for(CpuIsa isa, GgmlType type) {
+#if defined(POWER_KERNELS_X86)
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return kernels::matmul_rows_avx512(type);
+    case CpuIsa::kAvx2:
+      return kernels::matmul_rows_avx2(type);
+    case CpuIsa::kScalar:
+      break;
+  }
+#endif
+  return nullptr;
+}
+
+}  // namespace
+
+bool matmul_has_simd_kernel(GgmlType type) {
+  return kernel_for(cpu_isa(), type) != nullptr && vec_dot_activation_type(type).ok();
+}
+
+void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
+            float* y, int64_t ldy) {
+  const int64_t k = w.ne[0];
+  const int64_t rows = w.ne[1];
+  const kernels::MatmulRowsFn fn = kernel_for(cpu_isa(), w.type);
+  Result<GgmlType> act_type = vec_dot_activation_type(w.type);
+  if (fn == nullptr || !act_type.ok()) {
+    matmul_scalar(ctx, w, x, ldx, n_tokens, y, ldy);
+    return;
+  }
+  POWER_CHECK(k <= ctx.max_row());
+  kernels::MatmulArgs args;
+  args.w = static_cast<const uint8_t*>(w.data);
+  args.w_row_bytes = w.nb[1];
+  args.k = k;
+  args.x = x;
+  args.ldx = ldx;
+  args.n_tokens = n_tokens;
+  args.y = y;
+  args.ldy = ldy;
+  const GgmlType act = *act_type;
+  const uint64_t rec_bytes = act_record_bytes(act, k);
+  if (rec_bytes > 0) {
+    uint8_t* recs = ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens));
+    args.act = recs;
+    args.act_stride = rec_bytes;
+    auto quantize = [&](size_t begin, size_t end, int thread) {
+      // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
+      auto* tmp = reinterpret_cast<uint8_t*>(ctx.row_scratch(thread));
+      for (size_t t = begin; t < end; ++t) {
+        quantize_act_record(act, x + static_cast<int64_t>(t) * ldx, k, tmp, recs + t * rec_bytes);
+      }
+    };
+    if (n_tokens == 1) {
+      quantize(0, 1, 0);
+    } else {
+      ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
+    }
+  }
+  // Row chunks of at least 4 rows (decode tiles), as evenly as the pool splits them.
+  const int64_t n_chunks = (rows + 3) / 4;
+  ctx.pool().parallel_for(static_cast<size_t>(n_chunks), [&](size_t begin, size_t end, int) {
+    fn(args, static_cast<int64_t>(begin) * 4, std::min(rows, static_cast<int64_t>(end) * 4));
   });
 }
 

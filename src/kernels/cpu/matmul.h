@@ -1,4 +1,5 @@
-// Matrix products with weights of any dequantizable ggml type (the scalar reference path).
+// Matrix products with weights of any dequantizable ggml type: SIMD kernels per ISA (see
+// matmul_simd.inc) with a scalar reference path beside them.
 //
 // matmul: y[t * ldy + r] = dot(W row r, x[t * ldx ...]) for t < n_tokens and r < rows.
 // W is a TensorView with ne = {K, rows} (tensor/tensor.h convention), x holds n_tokens rows of
@@ -16,6 +17,11 @@ namespace power {
 
 void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
             float* y, int64_t ldy);
+
+// True when the active ISA (kernels/cpu/isa.h) has a SIMD kernel for this weight type; those
+// quantize the activations to vec_dot_activation_type(type) as the peer does. Other types take
+// the scalar reference path (f32 activations).
+bool matmul_has_simd_kernel(GgmlType type);
 
 // Row r of W as f32 (embedding lookup).
 void matrix_row_f32(const TensorView& w, int64_t r, float* out);

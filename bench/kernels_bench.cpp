@@ -1,0 +1,103 @@
+// Matmul kernels per weight type and ISA (forced with set_cpu_isa_for_testing): matvec (decode,
+// 1 token) and matmul (prefill tile, 64 tokens) over a 2048 x 5632 weight (TinyLlama's FFN),
+// one thread unless --benchmark_filter picks the /threads:2 variants. Counters: weight bytes
+// read per second (bytes_per_second) and multiply-adds as FLOP/s (2 per weight x token).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/context.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul.h"
+#include "tensor/quant.h"
+
+namespace power {
+namespace {
+
+constexpr int64_t kK = 2048, kRows = 5632;
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+const Weights& weights(GgmlType type) {
+  static std::vector<std::pair<GgmlType, Weights>> cache;
+  for (auto& [t, w] : cache) {
+    if (t == type) return w;
+  }
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  const uint64_t row_bytes = kK / info.block_elems * info.block_bytes;
+  Weights w;
+  w.bytes.resize(row_bytes * kRows);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> row(kK);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (auto& v : row) v = nd(rng);
+    (void)quantize_row(type, row.data(), w.bytes.data() + r * row_bytes, kK);
+  }
+  w.view.type = type;
+  w.view.ne = {kK, kRows, 1, 1};
+  w.view.nb = {info.block_bytes, row_bytes, row_bytes * kRows, row_bytes * kRows};
+  w.view.data = w.bytes.data();
+  cache.emplace_back(type, std::move(w));
+  return cache.back().second;
+}
+
+void BM_matmul(benchmark::State& state, GgmlType type, CpuIsa isa, int64_t n_tokens, int threads) {
+  if (!set_cpu_isa_for_testing(isa)) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  const Weights& w = weights(type);
+  std::vector<float> x(static_cast<size_t>(kK * n_tokens), 0.5f), y(kRows * n_tokens);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  CpuContext ctx(threads, kK, 16);
+  for (auto _ : state) {
+    matmul(ctx, w.view, x.data(), kK, n_tokens, y.data(), kRows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(w.bytes.size()));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * kK * kRows * n_tokens * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  const std::pair<GgmlType, const char*> types[] = {
+      {GgmlType::Q4_0, "Q4_0"}, {GgmlType::Q8_0, "Q8_0"}, {GgmlType::Q4_K, "Q4_K"},
+      {GgmlType::Q6_K, "Q6_K"}, {GgmlType::Q5_K, "Q5_K"}, {GgmlType::IQ4_NL, "IQ4_NL"},
+      {GgmlType::F16, "F16"},   {GgmlType::BF16, "BF16"},
+  };
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_isa_available(isa)) continue;
+    for (auto [type, name] : types) {
+      for (int64_t tokens : {1, 64}) {
+        for (int threads : {1, 2}) {
+          const std::string id =
+              std::string("matmul/") + name + "/" + std::string(cpu_isa_name(isa)) +
+              "/tokens:" + std::to_string(tokens) + "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(id.c_str(), BM_matmul, type, isa, tokens, threads)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace power
+
+int main(int argc, char** argv) {
+  power::register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

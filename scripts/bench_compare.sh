@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Side-by-side CPU throughput: `power bench` and llama.cpp's llama-bench on the same GGUF files,
+# thread counts and test sizes, interleaved per file and thread count (so both see the same
+# machine load), then a table of medians and ratios (ours / llama.cpp).
+#
+#   LLAMA_BENCH=/path/to/llama-bench scripts/bench_compare.sh [-p 512] [-n 128] [-t 1,2] [-r 5]
+#                                                              FILE.gguf...
+# POWER (default: build/src/cli/power) names our binary. llama.cpp is built outside this
+# repository by whoever runs the script (cmake -DGGML_NATIVE=ON -DLLAMA_CURL=OFF; target
+# llama-bench). Raw JSON lines of both tools are kept in $OUT_DIR (default: a temp dir).
+set -euo pipefail
+POWER=${POWER:-build/src/cli/power}
+LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to the llama-bench binary}
+P=512 N=128 T=1,2 R=5
+while getopts "p:n:t:r:" opt; do
+  case $opt in
+    p) P=$OPTARG ;;
+    n) N=$OPTARG ;;
+    t) T=$OPTARG ;;
+    r) R=$OPTARG ;;
+    *) echo "usage: $0 [-p N] [-n N] [-t 1,2] [-r N] FILE.gguf..." >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+(($# > 0)) || { echo "no model files given" >&2; exit 2; }
+OUT_DIR=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+ours="$OUT_DIR/power.jsonl" theirs="$OUT_DIR/llama.jsonl"
+: >"$ours"
+: >"$theirs"
+echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
+  "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for f in "$@"; do
+  for t in ${T//,/ }; do
+    echo "# $f threads $t: power" >&2
+    "$POWER" bench -m "$f" -p "$P" -n "$N" -t "$t" -r "$R" --json |
+      sed "s|^{|{\"file\":\"$f\",|" >>"$ours"
+    echo "# $f threads $t: llama-bench" >&2
+    "$LLAMA_BENCH" -m "$f" -p "$P" -n "$N" -t "$t" -r "$R" -o jsonl 2>/dev/null |
+      sed "s|^{|{\"file\":\"$f\",|" >>"$theirs"
+  done
+done
+python3 - "$ours" "$theirs" <<'PY'
+import json, statistics, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+theirs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+def their_rate(f, test, t):
+    for r in theirs:
+        name = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+        if r["file"] == f and name == test and r["n_threads"] == t:
+            s = r.get("samples_ts") or [r["avg_ts"]]
+            return statistics.median(s), (statistics.stdev(s) if len(s) > 1 else 0.0)
+    return None, None
+print("| file | test | threads | power tok/s (median ± sd) | llama.cpp tok/s (median ± sd) | ratio |")
+print("|---|---|---|---|---|---|")
+for o in ours:
+    m, sd = their_rate(o["file"], o["test"], o["threads"])
+    ratio = f"{o['tokens_per_s_median'] / m:.2f}" if m else "n/a"
+    theirs_s = f"{m:.2f} ± {sd:.2f}" if m else "n/a"
+    print(f"| {o['file'].split('/')[-1]} | {o['test']} | {o['threads']} | "
+          f"{o['tokens_per_s_median']:.2f} ± {o['tokens_per_s_stddev']:.2f} | {theirs_s} | {ratio} |")
+PY
+echo "# raw: $OUT_DIR" >&2

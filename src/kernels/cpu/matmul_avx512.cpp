@@ -1,0 +1,15 @@
+// AVX-512 matmul kernels (compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni plus the
+// AVX2 set): the kernels of matmul_simd.inc with VNNI int8/int16 dot products (vpdpbusd,
+// vpdpwssd) on 256-bit registers, which keep the 32-element block shape of the ggml formats.
+#include "kernels/cpu/matmul_internal.h"
+
+#define POWER_SIMD_VNNI 1
+#include "kernels/cpu/matmul_simd.inc"
+
+namespace power::kernels {
+
+MatmulRowsFn matmul_rows_avx512(GgmlType weight_type) {
+  return select_kernel(weight_type);
+}
+
+}  // namespace power::kernels
