@@ -95,6 +95,7 @@ struct GenerateRequest {
   bool ignore_eos = false;
 
   Priority priority = Priority::kNormal;
+  int replica = -1;  // which session replica runs it; -1: the least loaded
   std::optional<std::chrono::steady_clock::time_point> deadline;
 
   std::function<bool(const StreamEvent&)> on_stream;

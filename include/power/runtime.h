@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "power/request.h"
 #include "power/status.h"
@@ -44,6 +46,15 @@ struct LoadOptions {
   int threads = 0;                  // compute threads; 0: all cores
   bool prefix_reuse = true;
   int aging_ms = 2000;  // a waiting request rises one priority level per interval
+  // Session replicas: each has its own KV pool, workspace, sampler states, scheduler and
+  // worker over the one read-only copy of the weights; submit() picks the least loaded one
+  // unless GenerateRequest::replica names it.
+  int replicas = 1;
+  // Host scheduling of each replica's threads (worker + compute pool): pinned to these
+  // logical cores (empty: not pinned) and run at this niceness (0: unchanged; below 0 needs
+  // privileges). kInvalidArgument when the OS refuses.
+  std::vector<int> cpu_cores;
+  int nice = 0;
 };
 
 struct ModelInfo {
@@ -56,8 +67,10 @@ struct ModelInfo {
   uint64_t kv_block_bytes = 0;
   int64_t kv_blocks = 0;
   uint64_t scratch_bytes = 0;  // activation workspace
-  uint64_t budget_bytes = 0;   // what requests of this model may reserve in all
+  uint64_t budget_bytes = 0;   // what requests may reserve in all (per replica: its
+                               // workspace + KV pool)
   int threads = 0;
+  int replicas = 1;
 };
 
 struct RuntimeStats {
@@ -67,6 +80,7 @@ struct RuntimeStats {
   uint64_t steps = 0;
 };
 
+enum class GgmlType : uint32_t;  // format/ggml_types.h
 class Runtime;
 struct ModelSlot;
 struct RequestState;
@@ -80,7 +94,8 @@ class ModelHandle {
 
  private:
   friend class Runtime;
-  std::shared_ptr<ModelSlot> slot_;
+  friend Result<std::shared_ptr<ModelSlot>> pick_replica(const ModelHandle&, int);
+  std::vector<std::shared_ptr<ModelSlot>> slots_;  // one per replica
 };
 
 class RequestHandle {
@@ -114,6 +129,9 @@ class Runtime {
 
  private:
   Runtime() = default;
+  Status start_replica(ModelSlot& slot, const LoadOptions& options, GgmlType kv_type,
+                       uint64_t fixed_extra);
+  std::mutex load_mu_;
   uint64_t budget_bytes_ = 0;
   uint64_t committed_bytes_ = 0;  // weights + workspaces + KV pools of loaded models
   std::vector<std::shared_ptr<ModelSlot>> models_;

@@ -4,13 +4,22 @@
 #include "power/runtime.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
+#include "base/log.h"
 #include "base/sha256.h"
 #include "chat/chat_template.h"
 #include "engine/generate.h"
@@ -60,8 +69,8 @@ struct RequestState {
 struct ModelSlot {
   ModelInfo info;
   std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::shared_ptr<const Model> model;  // shared by the replicas (read-only)
+  std::shared_ptr<const text::Tokenizer> tokenizer;
   std::unique_ptr<Workspace> ws;
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<runtime::Scheduler> sched;  // after kv: destroyed before it
@@ -225,8 +234,8 @@ void ModelSlot::run_worker() {
     }
   };
   while (!stopping) {
-    if (!sched->has_work()) {
-      cv.wait(lk, [&] { return stopping || sched->has_work(); });
+    if (!sched || !sched->has_work()) {  // sched is set once load() has planned the replica
+      cv.wait(lk, [&] { return stopping || (sched && sched->has_work()); });
       continue;
     }
     runtime::StepPlan plan = sched->plan(Clock::now());
@@ -261,29 +270,32 @@ void ModelSlot::run_worker() {
 }
 
 const ModelInfo& ModelHandle::info() const {
-  return slot_->info;
+  return slots_.front()->info;
 }
 
 std::vector<int32_t> ModelHandle::tokenize(std::string_view text, bool add_bos) const {
   text::EncodeOptions eo;
   eo.add_special = add_bos;
   eo.parse_special = true;
-  return slot_->tokenizer->encode(text, eo);
+  return slots_.front()->tokenizer->encode(text, eo);
 }
 
 RuntimeStats ModelHandle::stats() const {
-  std::lock_guard<std::mutex> lk(slot_->mu);
   RuntimeStats s;
-  const runtime::Admission& a = slot_->sched->admission();
-  s.running = slot_->sched->n_running();
-  s.waiting = slot_->sched->n_waiting();
-  s.reserved_bytes = a.reserved_bytes();
-  s.peak_reserved_bytes = a.peak_reserved_bytes();
-  s.budget_bytes = a.limits().budget_bytes;
-  s.kv_blocks_total = slot_->kv->config().n_blocks;
-  s.kv_blocks_used = slot_->kv->blocks_used();
-  s.prefix_cache_blocks = static_cast<int64_t>(slot_->sched->prefix_cache().entries());
-  s.steps = slot_->steps;
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> lk(slot->mu);
+    if (!slot->sched) continue;
+    const runtime::Admission& a = slot->sched->admission();
+    s.running += slot->sched->n_running();
+    s.waiting += slot->sched->n_waiting();
+    s.reserved_bytes += a.reserved_bytes();
+    s.peak_reserved_bytes += a.peak_reserved_bytes();
+    s.budget_bytes += a.limits().budget_bytes;
+    s.kv_blocks_total += slot->kv->config().n_blocks;
+    s.kv_blocks_used += slot->kv->blocks_used();
+    s.prefix_cache_blocks += static_cast<int64_t>(slot->sched->prefix_cache().entries());
+    s.steps += slot->steps;
+  }
   return s;
 }
 
@@ -323,56 +335,74 @@ Runtime::~Runtime() {
   for (auto& m : models_) m->stop();
 }
 
-Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o) {
-  GgmlType kv_type;
-  if (o.kv_type == "f16" || o.kv_type == "F16") {
-    kv_type = GgmlType::F16;
-  } else if (o.kv_type == "f32" || o.kv_type == "F32") {
-    kv_type = GgmlType::F32;
-  } else {
-    return Status(StatusCode::kInvalidArgument, "kv_type must be f16 or f32")
-        .with("value", o.kv_type);
+namespace {
+
+// Pins the calling thread to `cores` and sets its niceness; threads it creates afterwards
+// (the compute pool) inherit both.
+Status apply_host_scheduling(const std::vector<int>& cores, int nice) {
+  if (!cores.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cores) {
+      if (c < 0 || c >= CPU_SETSIZE) {
+        return Status(StatusCode::kInvalidArgument, "cpu core out of range").with("core", c);
+      }
+      CPU_SET(c, &set);
+    }
+    if (int e = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); e != 0) {
+      return Status(StatusCode::kInvalidArgument, "cannot pin threads to the cores")
+          .with("error", std::strerror(e));
+    }
   }
-  if (o.max_running < 1 || o.max_waiting < 0 || o.step_token_budget < o.max_running) {
-    return Status(StatusCode::kInvalidArgument,
-                  "need max_running >= 1, max_waiting >= 0, step_token_budget >= max_running")
-        .with("max_running", o.max_running)
-        .with("max_waiting", o.max_waiting)
-        .with("step_token_budget", o.step_token_budget);
+  if (nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice) != 0) {
+    return Status(StatusCode::kInvalidArgument, "cannot set the thread priority")
+        .with("nice", nice)
+        .with("error", std::strerror(errno));
   }
-  auto slot = std::make_shared<ModelSlot>();
-  POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
-  slot->file = std::shared_ptr<const GgufFile>(std::move(file));
-  POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
-  POWER_ASSIGN_OR_RETURN(slot->tokenizer, text::Tokenizer::from_gguf(*slot->file));
-  POWER_ASSIGN_OR_RETURN(slot->model, load_model(slot->file));
-  const Model& model = *slot->model;
-  const ModelHparams& hp = model.hparams();
-  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
-  if (n_ctx <= 0) return Status(StatusCode::kInvalidArgument, "the context size must be positive");
-  POWER_ASSIGN_OR_RETURN(
-      slot->ws,
-      model.make_workspace(std::min(o.step_token_budget, n_ctx * o.max_running), n_ctx, o.threads));
+  return Status();
+}
+
+}  // namespace
+
+// One replica: its own workspace (and compute threads), KV pool, scheduler and worker, over
+// the shared read-only model. `fixed_extra` is what the replica must also account for (the
+// weights, for the first replica).
+Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv_type,
+                              uint64_t fixed_extra) {
+  const Model& model = *slot.model;
+  const int64_t n_ctx = slot.info.n_ctx;
+  // The worker creates the workspace, so that the compute pool inherits its affinity/nice.
+  std::promise<Status> ready;
+  std::future<Status> ready_f = ready.get_future();
+  const int64_t ws_tokens = std::min(o.step_token_budget, n_ctx * o.max_running);
+  ModelSlot* raw = &slot;
+  slot.worker = std::thread([raw, &ready, ws_tokens, n_ctx, o] {
+    Status st = apply_host_scheduling(o.cpu_cores, o.nice);
+    if (st.ok()) {
+      auto ws = raw->model->make_workspace(ws_tokens, n_ctx, o.threads);
+      if (ws.ok()) {
+        raw->ws = std::move(*ws);
+      } else {
+        st = ws.status();
+      }
+    }
+    const bool ok = st.ok();
+    ready.set_value(std::move(st));
+    if (ok) raw->run_worker();
+  });
+  POWER_RETURN_IF_ERROR(ready_f.get());
+
   KvCacheConfig kc = model.kv_config(n_ctx, 1, kv_type);
   const int64_t ctx_blocks = kc.n_blocks;
   kc.n_blocks = 1;
   POWER_ASSIGN_OR_RETURN(uint64_t block_bytes, KvCache::planned_bytes(kc));
-
-  ModelInfo& info = slot->info;
-  info.path = path;
-  info.sha256 = to_hex(digest);
-  info.arch = hp.arch;
-  info.n_vocab = hp.n_vocab;
-  info.n_layer = hp.n_layer;
-  info.n_embd = hp.n_embd;
-  info.n_ctx = n_ctx;
-  info.weights_bytes = slot->file->file_size();
-  info.scratch_bytes = slot->ws->bytes();
+  ModelInfo& info = slot.info;
+  info.scratch_bytes = slot.ws->bytes();
   info.kv_block_bytes = block_bytes;
-  info.threads = slot->ws->cpu.n_threads();
+  info.threads = slot.ws->cpu.n_threads();
   const uint64_t available =
       budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
-  const uint64_t fixed = info.weights_bytes + info.scratch_bytes;
+  const uint64_t fixed = fixed_extra + info.scratch_bytes;
   const uint64_t one_context = static_cast<uint64_t>(ctx_blocks) * block_bytes;
   if (fixed + one_context > available) {
     return Status(StatusCode::kDoesNotFit,
@@ -386,14 +416,15 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   const int64_t pool_blocks = std::min<int64_t>(
       ctx_blocks * o.max_running, static_cast<int64_t>((available - fixed) / block_bytes));
   kc.n_blocks = static_cast<int>(pool_blocks);
-  POWER_ASSIGN_OR_RETURN(slot->kv, KvCache::create(kc));
+  POWER_ASSIGN_OR_RETURN(slot.kv, KvCache::create(kc));
   info.kv_blocks = pool_blocks;
-  info.kv_cache_bytes = slot->kv->bytes_total();
-  info.budget_bytes = available - info.weights_bytes;
+  info.kv_cache_bytes = slot.kv->bytes_total();
+  // Requests reserve KV blocks of this pool and shares of this workspace, nothing else.
+  info.budget_bytes = info.scratch_bytes + info.kv_cache_bytes;
 
   runtime::SchedulerConfig sc;
   sc.max_waiting = o.max_waiting;
-  sc.step_token_budget = slot->ws->max_tokens;
+  sc.step_token_budget = slot.ws->max_tokens;
   sc.n_ctx = n_ctx;
   sc.aging = std::chrono::milliseconds(o.aging_ms);
   sc.prefix_reuse = o.prefix_reuse;
@@ -402,14 +433,76 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   limits.kv_pool_blocks = pool_blocks;
   limits.max_running = o.max_running;
   runtime::MemoryPlanner planner(block_bytes, kc.block_tokens, info.scratch_bytes, o.max_running);
-  slot->sched = std::make_unique<runtime::Scheduler>(sc, slot->kv.get(), planner, limits);
-  slot->runner = std::make_unique<runtime::ModelRunner>(model, *slot->ws, o.max_running);
+  {
+    std::lock_guard<std::mutex> lk(slot.mu);
+    slot.sched = std::make_unique<runtime::Scheduler>(sc, slot.kv.get(), planner, limits);
+    slot.runner = std::make_unique<runtime::ModelRunner>(model, *slot.ws, o.max_running);
+  }
+  slot.cv.notify_all();
   committed_bytes_ += fixed + info.kv_cache_bytes;
-  ModelSlot* raw = slot.get();
-  slot->worker = std::thread([raw] { raw->run_worker(); });
-  models_.push_back(slot);
+  return Status();
+}
+
+Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o) {
+  GgmlType kv_type;
+  if (o.kv_type == "f16" || o.kv_type == "F16") {
+    kv_type = GgmlType::F16;
+  } else if (o.kv_type == "f32" || o.kv_type == "F32") {
+    kv_type = GgmlType::F32;
+  } else {
+    return Status(StatusCode::kInvalidArgument, "kv_type must be f16 or f32")
+        .with("value", o.kv_type);
+  }
+  if (o.max_running < 1 || o.max_waiting < 0 || o.step_token_budget < o.max_running ||
+      o.replicas < 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  "need max_running >= 1, max_waiting >= 0, step_token_budget >= max_running, "
+                  "replicas >= 1")
+        .with("max_running", o.max_running)
+        .with("max_waiting", o.max_waiting)
+        .with("step_token_budget", o.step_token_budget)
+        .with("replicas", o.replicas);
+  }
+  POWER_ASSIGN_OR_RETURN(auto file_owned, GgufFile::open(path));
+  std::shared_ptr<const GgufFile> file(std::move(file_owned));
+  POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
+  POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, text::Tokenizer::from_gguf(*file));
+  POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file));
+  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
+  std::shared_ptr<const Model> model(std::move(model_owned));
+  const ModelHparams& hp = model->hparams();
+  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+  if (n_ctx <= 0) return Status(StatusCode::kInvalidArgument, "the context size must be positive");
+  if (n_ctx > hp.n_ctx_train && hp.n_ctx_train > 0) {
+    POWER_LOG_WARN("context {} exceeds the model's training context {}", n_ctx, hp.n_ctx_train);
+  }
+
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  const uint64_t committed_before = committed_bytes_;
   ModelHandle h;
-  h.slot_ = slot;
+  for (int r = 0; r < o.replicas; ++r) {
+    auto slot = std::make_shared<ModelSlot>();
+    slot->file = file;
+    slot->model = model;
+    slot->tokenizer = tokenizer;
+    ModelInfo& info = slot->info;
+    info.path = path;
+    info.sha256 = to_hex(digest);
+    info.arch = hp.arch;
+    info.n_vocab = hp.n_vocab;
+    info.n_layer = hp.n_layer;
+    info.n_embd = hp.n_embd;
+    info.n_ctx = n_ctx;
+    info.weights_bytes = file->file_size();
+    info.replicas = o.replicas;
+    Status st = start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes : 0);
+    if (!st.ok()) {
+      committed_bytes_ = committed_before;  // the replicas made so far go with `h`
+      return st.with("replica", r);
+    }
+    h.slots_.push_back(slot);
+  }
+  for (auto& s : h.slots_) models_.push_back(s);
   return h;
 }
 
@@ -481,8 +574,34 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
 
 }  // namespace
 
+// The replica a request runs on: the one asked for, else the least loaded.
+Result<std::shared_ptr<ModelSlot>> pick_replica(const ModelHandle& handle, int replica) {
+  const auto& slots = handle.slots_;
+  if (replica >= 0) {
+    if (replica >= static_cast<int>(slots.size())) {
+      return Status(StatusCode::kInvalidArgument, "no such replica")
+          .with("replica", replica)
+          .with("replicas", slots.size());
+    }
+    return slots[static_cast<size_t>(replica)];
+  }
+  std::shared_ptr<ModelSlot> best;
+  int best_load = 0;
+  for (const auto& s : slots) {
+    std::lock_guard<std::mutex> lk(s->mu);
+    const int load = s->sched->n_running() + s->sched->n_waiting();
+    if (!best || load < best_load) {
+      best = s;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
 Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest request) {
-  ModelSlot& m = *handle.slot_;
+  if (handle.slots_.empty()) return Status(StatusCode::kInvalidArgument, "no model loaded");
+  POWER_ASSIGN_OR_RETURN(std::shared_ptr<ModelSlot> slot, pick_replica(handle, request.replica));
+  ModelSlot& m = *slot;
   const auto now = Clock::now();
   POWER_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(m, request));
   SamplerParams sp = to_sampler_params(request.sampling);
@@ -500,7 +619,7 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
 
   auto r = std::make_shared<RequestState>();
   r->t_submit = now;
-  r->slot = handle.slot_;
+  r->slot = slot;
   r->req = std::move(request);
   r->result.usage.prompt_tokens = n_prompt;
   r->sampler = std::make_unique<Sampler>(sp, m.info.n_vocab);

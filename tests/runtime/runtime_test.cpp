@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -268,6 +270,83 @@ TEST(Runtime, OverloadServedOrRejectedWithinBudget) {
   EXPECT_LE(s.peak_reserved_bytes, s.budget_bytes);
   EXPECT_LE(s.budget_bytes + info.weights_bytes, budget);
   EXPECT_EQ(s.reserved_bytes, 0u);
+}
+
+// Replicas share the weights and nothing else; each gives the same greedy tokens.
+TEST(Runtime, ReplicasShareWeightsAndServeIndependently) {
+  POWER_REQUIRE_SHARED();
+  auto rt = Runtime::create({});
+  ASSERT_TRUE(rt.ok());
+  LoadOptions o = small_opts(2);
+  o.replicas = 2;
+  auto m = (*rt)->load(stories_f32(), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->info().replicas, 2);
+  std::vector<std::vector<int32_t>> got;
+  for (int replica : {0, 1, -1, -1}) {
+    GenerateRequest r = greedy(kPrompts[0], 24);
+    r.replica = replica;
+    auto h = (*rt)->submit(*m, std::move(r));
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    got.push_back(h->wait().tokens);
+  }
+  for (const auto& t : got) EXPECT_EQ(t, got[0]);
+  RuntimeStats s = m->stats();
+  EXPECT_EQ(s.kv_blocks_total, 2 * 2 * 16);  // two pools of two contexts
+  GenerateRequest bad = greedy(kPrompts[0], 4);
+  bad.replica = 2;
+  EXPECT_EQ((*rt)->submit(*m, std::move(bad)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Runtime, HostSchedulingPinsAndLowersPriority) {
+  POWER_REQUIRE_SHARED();
+  auto rt = Runtime::create({});
+  ASSERT_TRUE(rt.ok());
+  LoadOptions o = small_opts(1);
+  o.cpu_cores = {0};
+  o.nice = 1;
+  auto m = (*rt)->load(stories_f32(), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto h = (*rt)->submit(*m, greedy(kPrompts[0], 8));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->wait().tokens.size(), 8u);
+  o.cpu_cores = {100000};
+  auto bad = (*rt)->load(stories_f32(), o);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Not a test: aggregate generation throughput with 1, 4, 8 and 16 concurrent streams (run with
+// --gtest_also_run_disabled_tests; POWER_BENCH_MODEL picks another GGUF). Prints, asserts
+// nothing about speed.
+TEST(Runtime, DISABLED_ThroughputByStreams) {
+  const char* env = std::getenv("POWER_BENCH_MODEL");
+  const std::string path = env ? env : stories_f32();
+  const int n_tokens = 64;
+  for (int streams : {1, 4, 8, 16}) {
+    auto rt = Runtime::create({});
+    ASSERT_TRUE(rt.ok());
+    LoadOptions o = small_opts(streams);
+    auto m = (*rt)->load(path, o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    for (int warm = 0; warm < 2; ++warm) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<RequestHandle> hs;
+      for (int i = 0; i < streams; ++i) {
+        GenerateRequest r = greedy(kPrompts[static_cast<size_t>(i) % kPrompts.size()], n_tokens);
+        r.ignore_eos = true;
+        auto h = (*rt)->submit(*m, std::move(r));
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        hs.push_back(*h);
+      }
+      int64_t total = 0;
+      for (auto& h : hs) total += static_cast<int64_t>(h.wait().tokens.size());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (warm == 1) {
+        std::printf("  %2d streams: %lld tokens in %.3f s = %.1f tokens/s aggregate\n", streams,
+                    static_cast<long long>(total), s, total / s);
+      }
+    }
+  }
 }
 
 }  // namespace
