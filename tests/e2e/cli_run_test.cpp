@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "format/gguf.h"
 #include "run_util.h"
@@ -96,6 +97,33 @@ TEST_F(CliRunTest, RunChatUsesTheTemplate) {
                            "4", "--temp", "0"});
   ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
   EXPECT_NE(chatml.err.find("ChatML"), std::string::npos) << chatml.err;
+}
+
+// Memory: the weights stay in the file's mapping, so the peak RSS of `power run` is bounded by
+// the mapped file + the KV cache + the scratch it reports with --verbose + the process's own
+// baseline (the RSS of `power --help`, plus 8 MiB for the vocabulary, stdio and allocator
+// slack). A copy of the 7 MiB of F32 weights would break the bound.
+TEST_F(CliRunTest, RunMemoryIsMappingPlusKvPlusScratch) {
+  POWER_REQUIRE_SHARED();
+  const std::string model = testing::shared_dir() + "/fixtures/models/llama/llama-F32.gguf";
+  auto r = run_power({"run", "-m", model, "-n", "64", "--temp", "0", "--ctx", "256", "-t", "2",
+                      "--verbose", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double kv_mib = 0, scratch_mib = 0;
+  const auto kv_at = r.err.find("kv cache ");
+  const auto scratch_at = r.err.find("scratch ");
+  ASSERT_NE(kv_at, std::string::npos) << r.err;
+  ASSERT_NE(scratch_at, std::string::npos) << r.err;
+  kv_mib = std::stod(r.err.substr(kv_at + 9));
+  scratch_mib = std::stod(r.err.substr(scratch_at + 8));
+  auto base = run_power({"--help"});
+  const double file_mib = 7357952 / 1048576.0;
+  const double bound_kb = (file_mib + kv_mib + scratch_mib + 8.0) * 1024 + base.max_rss_kb;
+  std::printf(
+      "  peak RSS %ld KiB; bound %.0f KiB (file %.2f MiB, kv %.2f MiB, scratch %.2f MiB, "
+      "baseline %ld KiB)\n",
+      r.max_rss_kb, bound_kb, file_mib, kv_mib, scratch_mib, base.max_rss_kb);
+  EXPECT_LE(r.max_rss_kb, bound_kb);
 }
 
 TEST_F(CliRunTest, RunErrors) {

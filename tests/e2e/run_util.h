@@ -10,6 +10,7 @@ struct RunResult {
   int exit_code = -1;  // -1 when killed by a signal
   std::string out;
   std::string err;
+  long max_rss_kb = 0;  // peak resident set of the child (getrusage ru_maxrss)
 };
 
 std::string power_binary();
