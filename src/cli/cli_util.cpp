@@ -2,11 +2,44 @@
 
 #include "cli/commands.h"
 
+#include <sys/stat.h>
+
+#if POWER_WITH_STORE
+#include "store/layout.h"
+#include "store/models.h"
+#endif
+
 namespace power::cli {
 
 void report_error(const Status& status) {
   std::fprintf(stderr, "power: error: %s\n", status.to_string().c_str());
   set_exit_code(1);
+}
+
+Result<std::string> resolve_model_path(const std::string& file_or_name) {
+  struct stat st {};
+  if (::stat(file_or_name.c_str(), &st) == 0) return file_or_name;
+#if POWER_WITH_STORE
+  POWER_ASSIGN_OR_RETURN(store::StoreLayout layout, store::StoreLayout::open_default());
+  auto resolved = store::resolve_model(layout, file_or_name, /*verify_hash=*/false);
+  if (!resolved.ok()) {
+    if (resolved.status().code() != StatusCode::kNotFound &&
+        resolved.status().code() != StatusCode::kInvalidArgument) {
+      return resolved.status();
+    }
+    return Status(StatusCode::kNotFound, "no such file, and no such model in the store")
+        .with("model", file_or_name)
+        .with("store", layout.home());
+  }
+  const store::ResolvedPart* part = resolved->part_with_role("model");
+  if (part == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "the stored model has no part with role 'model'")
+        .with("model", file_or_name);
+  }
+  return part->path;
+#else
+  return Status(StatusCode::kNotFound, "no such file").with("path", file_or_name);
+#endif
 }
 
 }  // namespace power::cli

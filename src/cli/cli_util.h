@@ -11,4 +11,10 @@ namespace power::cli {
 // Prints "power: error: <status>" to stderr and sets exit code 1.
 void report_error(const Status& status);
 
+// What `-m` names: an existing file is used as it is; otherwise (when the store is built in)
+// a model name in the artifact store ($POWER_HOME), whose manifest is read and whose blob is
+// checked (it exists with the recorded size; the hash was verified when it was committed)
+// before its path is returned.
+Result<std::string> resolve_model_path(const std::string& file_or_name);
+
 }  // namespace power::cli

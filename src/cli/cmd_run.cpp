@@ -81,7 +81,8 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.step_token_budget = std::max<int64_t>(1, o.n_batch);
   lo.kv_type = o.kv_type;
   lo.threads = o.threads;
-  POWER_ASSIGN_OR_RETURN(s.model, s.rt->load(o.model_path, lo));
+  POWER_ASSIGN_OR_RETURN(std::string model_path, resolve_model_path(o.model_path));
+  POWER_ASSIGN_OR_RETURN(s.model, s.rt->load(model_path, lo));
   const ModelInfo& info = s.model.info();
   if (o.seed < 0) {
     std::random_device rd;
@@ -205,7 +206,9 @@ void run_logits(const std::string& path, const std::string& ids_text, const std:
   if (!ids.ok()) return report_error(ids.status());
   auto kv_type = parse_kv_type(kv_type_name);
   if (!kv_type.ok()) return report_error(kv_type.status());
-  auto lm = load(path, false);
+  auto resolved = resolve_model_path(path);
+  if (!resolved.ok()) return report_error(resolved.status());
+  auto lm = load(*resolved, false);
   if (!lm.ok()) return report_error(lm.status());
   const Model& model = *lm->model;
   const int64_t n = static_cast<int64_t>(ids->size());

@@ -29,6 +29,14 @@ TEST(CliStore, PullLocalFileThenListShowRemove) {
   auto show = run_power({"show", "stories260k", "--json"});
   ASSERT_EQ(show.exit_code, 0) << show.err;
   EXPECT_NE(show.out.find(digest), std::string::npos) << show.out;
+  // A stored model runs by name, and gives the same text as the file itself.
+  auto by_name = run_power({"run", "-m", "stories260k", "-n", "16", "--temp", "0"});
+  auto by_file = run_power({"run", "-m", model, "-n", "16", "--temp", "0"});
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.err;
+  EXPECT_EQ(by_name.out, by_file.out);
+  auto unknown = run_power({"run", "-m", "no-such-model"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("no such model in the store"), std::string::npos) << unknown.err;
   auto wrong = run_power(
       {"pull", model, "--name", "wrong", "--sha256", std::string(64, '0'), "--progress", "none"});
   EXPECT_NE(wrong.exit_code, 0);
