@@ -11,6 +11,32 @@ void bind_embeddings(WeightBinder& b, const ModelHparams& hp, TensorView* token_
   if (output->data == nullptr) *output = *token_embd;
 }
 
+void run_decoder_layer(Workspace& ws, const ModelHparams& hp, int64_t layer, const DecoderLayer& L,
+                       const RopeParams& rp) {
+  float* x = ws.x.data();
+  float* xn = ws.xn.data();
+  decoder::norm_rows(ws, x, L.attn_norm, xn, hp.n_embd, hp.rms_eps);
+  decoder::linear(ws, L.wq, L.bq, xn, ws.q.data());
+  decoder::linear(ws, L.wk, L.bk, xn, ws.k.data());
+  decoder::linear(ws, L.wv, L.bv, xn, ws.v.data());
+  if (!L.q_norm.empty()) {
+    decoder::head_norm(ws, ws.q.data(), hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps);
+    decoder::head_norm(ws, ws.k.data(), hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps);
+  }
+  decoder::rope(ws, ws.q.data(), hp.n_head, hp.head_dim_k, rp);
+  decoder::rope(ws, ws.k.data(), hp.n_head_kv, hp.head_dim_k, rp);
+  decoder::attention(ws, hp, static_cast<int>(layer), ws.q.data(), ws.k.data(), ws.v.data(),
+                     ws.attn.data());
+  decoder::linear(ws, L.wo, L.bo, ws.attn.data(), xn);
+  decoder::add_rows(ws, x, xn, hp.n_embd);
+  decoder::norm_rows(ws, x, L.ffn_norm, xn, hp.n_embd, hp.rms_eps);
+  decoder::linear(ws, L.w_gate, {}, xn, ws.ff_a.data());
+  decoder::linear(ws, L.w_up, {}, xn, ws.ff_b.data());
+  decoder::swiglu_rows(ws, ws.ff_a.data(), ws.ff_b.data(), hp.n_ff, hp.n_ff);
+  decoder::linear(ws, L.w_down, {}, ws.ff_a.data(), xn);
+  decoder::add_rows(ws, x, xn, hp.n_embd);
+}
+
 Status check_kernel_limits(const ModelHparams& hp) {
   if (hp.head_dim_k > 1024 || hp.head_dim_v > 1024) {
     return Status(StatusCode::kUnsupported, "head size above 1024 is not supported")

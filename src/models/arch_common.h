@@ -21,6 +21,12 @@ struct DecoderLayer {
   TensorView w_gate, w_up, w_down, w_gate_up;  // w_gate_up: fused (phi3)
 };
 
+// One pre-norm decoder layer with separate q/k/v projections, as llama, qwen2 and qwen3 run
+// it: RMSNorm, q/k/v (+ biases when present), per-head q/k RMSNorm when q_norm/k_norm are
+// present (qwen3), RoPE, attention over the KV cache, output projection (+ bias), residual;
+// RMSNorm, SwiGLU FFN, residual. Works on ws.x in place.
+void run_decoder_layer(Workspace& ws, const ModelHparams& hp, int64_t layer, const DecoderLayer& L,
+                       const RopeParams& rp);
 // Binds token_embd, output_norm and output (tied to token_embd when the file has none).
 void bind_embeddings(WeightBinder& b, const ModelHparams& hp, TensorView* token_embd,
                      TensorView* output, std::vector<float>* output_norm);

@@ -43,28 +43,8 @@ class Qwen3Model final : public Model {
  private:
   void forward_layers(Workspace& ws) const override {
     const RopeParams rp = rope_params(hp_, {});
-    float* x = ws.x.data();
-    float* xn = ws.xn.data();
     for (int64_t l = 0; l < hp_.n_layer; ++l) {
-      const DecoderLayer& L = layers_[static_cast<size_t>(l)];
-      decoder::norm_rows(ws, x, L.attn_norm, xn, hp_.n_embd, hp_.rms_eps);
-      decoder::linear(ws, L.wq, {}, xn, ws.q.data());
-      decoder::linear(ws, L.wk, {}, xn, ws.k.data());
-      decoder::linear(ws, L.wv, {}, xn, ws.v.data());
-      decoder::head_norm(ws, ws.q.data(), hp_.n_head, hp_.head_dim_k, L.q_norm, hp_.rms_eps);
-      decoder::head_norm(ws, ws.k.data(), hp_.n_head_kv, hp_.head_dim_k, L.k_norm, hp_.rms_eps);
-      decoder::rope(ws, ws.q.data(), hp_.n_head, hp_.head_dim_k, rp);
-      decoder::rope(ws, ws.k.data(), hp_.n_head_kv, hp_.head_dim_k, rp);
-      decoder::attention(ws, hp_, static_cast<int>(l), ws.q.data(), ws.k.data(), ws.v.data(),
-                         ws.attn.data());
-      decoder::linear(ws, L.wo, {}, ws.attn.data(), xn);
-      decoder::add_rows(ws, x, xn, hp_.n_embd);
-      decoder::norm_rows(ws, x, L.ffn_norm, xn, hp_.n_embd, hp_.rms_eps);
-      decoder::linear(ws, L.w_gate, {}, xn, ws.ff_a.data());
-      decoder::linear(ws, L.w_up, {}, xn, ws.ff_b.data());
-      decoder::swiglu_rows(ws, ws.ff_a.data(), ws.ff_b.data(), hp_.n_ff, hp_.n_ff);
-      decoder::linear(ws, L.w_down, {}, ws.ff_a.data(), xn);
-      decoder::add_rows(ws, x, xn, hp_.n_embd);
+      run_decoder_layer(ws, hp_, l, layers_[static_cast<size_t>(l)], rp);
     }
   }
 
