@@ -37,6 +37,8 @@ std::string_view status_code_name(StatusCode code) {
       return "cancelled";
     case StatusCode::kInternal:
       return "internal";
+    case StatusCode::kPolicyRefused:
+      return "policy_refused";
   }
   return "unknown";
 }

@@ -35,6 +35,7 @@ enum class StatusCode : uint8_t {
   kDeadlineExceeded,
   kCancelled,
   kInternal,
+  kPolicyRefused,  // a caller's acceptance policy is not met by the model or configuration
 };
 
 std::string_view status_code_name(StatusCode code);
