@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config g++ clang clang-format libclang-rt-14-dev
   libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libutf8proc-dev python3
+  libcpp-httplib-dev
 )
 
 missing=()
