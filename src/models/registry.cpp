@@ -38,6 +38,12 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file) 
   for (const auto& a : kArchitectures) {
     if (arch == a.name) return a.load(std::move(file));
   }
+  if (arch == "bert") {
+    return Status(StatusCode::kUnsupported,
+                  "bert is a text-embedding encoder, not a generative model: use power embed "
+                  "or /v1/embeddings")
+        .with("architecture", arch);
+  }
   std::string known;
   for (const auto& a : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(a.name);
   return Status(StatusCode::kUnsupported, "architecture is not supported")
