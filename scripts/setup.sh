@@ -8,6 +8,7 @@ packages=(
   libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libutf8proc-dev python3
   libcpp-httplib-dev
+  libonnx-dev libprotobuf-dev libonnx-testdata libstb-dev libtiff-dev libsndfile1-dev npm
 )
 
 missing=()

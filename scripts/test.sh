@@ -18,6 +18,7 @@ stage() {  # stage NAME COMMAND...
 }
 
 stage setup bash scripts/setup.sh
+stage models bash scripts/fetch_models.sh
 stage format bash scripts/check_format.sh
 stage build bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null \
   && cmake --build build -j$jobs"

@@ -1,0 +1,692 @@
+#include "onnx/graph.h"
+
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <unordered_set>
+
+#include "base/file.h"
+#include "onnx/ops.h"
+
+namespace power::onnx {
+
+int64_t Node::attr_i(const std::string& a, int64_t def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.i;
+}
+float Node::attr_f(const std::string& a, float def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.f;
+}
+std::string Node::attr_s(const std::string& a, const std::string& def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.s;
+}
+std::vector<int64_t> Node::attr_ints(const std::string& a) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? std::vector<int64_t>{} : it->second.ints;
+}
+std::vector<float> Node::attr_floats(const std::string& a) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? std::vector<float>{} : it->second.floats;
+}
+std::string Node::label() const {
+  return name.empty() ? fmt::format("{} node", op) : fmt::format("{} node '{}'", op, name);
+}
+
+namespace {
+
+constexpr int64_t kMaxDims = 16;
+
+Result<Tensor> tensor_from_proto(const ::onnx::TensorProto& p) {
+  if (p.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    return make_error(StatusCode::kUnsupported, "tensor '{}' uses external data", p.name());
+  }
+  if (!dtype_supported(p.data_type())) {
+    return make_error(StatusCode::kUnsupported, "tensor '{}' has unsupported element type {}",
+                      p.name(), p.data_type());
+  }
+  if (p.dims_size() > kMaxDims) {
+    return make_error(StatusCode::kCorrupt, "tensor '{}' has {} dimensions", p.name(),
+                      p.dims_size());
+  }
+  DType dt = static_cast<DType>(p.data_type());
+  Shape shape(p.dims().begin(), p.dims().end());
+  POWER_ASSIGN_OR_RETURN(Tensor t, make_tensor(dt, shape));
+  size_t n = static_cast<size_t>(t.numel());
+  size_t es = dtype_size(dt);
+  if (p.has_raw_data()) {
+    if (p.raw_data().size() != n * es) {
+      return make_error(StatusCode::kCorrupt,
+                        "tensor '{}': raw_data holds {} bytes, shape {} needs {}", p.name(),
+                        p.raw_data().size(), shape_str(shape), n * es);
+    }
+    if (n) std::memcpy(t.buf->data(), p.raw_data().data(), n * es);
+    return t;
+  }
+  auto count_error = [&](size_t have) {
+    return make_error(StatusCode::kCorrupt, "tensor '{}': {} values for shape {}", p.name(), have,
+                      shape_str(shape));
+  };
+  switch (dt) {
+    case DType::kF32:
+      if (static_cast<size_t>(p.float_data_size()) != n) return count_error(p.float_data_size());
+      for (size_t i = 0; i < n; ++i) t.mutable_data<float>()[i] = p.float_data(static_cast<int>(i));
+      break;
+    case DType::kF64:
+      if (static_cast<size_t>(p.double_data_size()) != n) return count_error(p.double_data_size());
+      for (size_t i = 0; i < n; ++i)
+        t.mutable_data<double>()[i] = p.double_data(static_cast<int>(i));
+      break;
+    case DType::kI64:
+      if (static_cast<size_t>(p.int64_data_size()) != n) return count_error(p.int64_data_size());
+      for (size_t i = 0; i < n; ++i)
+        t.mutable_data<int64_t>()[i] = p.int64_data(static_cast<int>(i));
+      break;
+    default: {
+      if (static_cast<size_t>(p.int32_data_size()) != n) return count_error(p.int32_data_size());
+      for (size_t i = 0; i < n; ++i) {
+        int32_t v = p.int32_data(static_cast<int>(i));
+        uint8_t* dst = t.buf->data() + i * es;
+        switch (dt) {
+          case DType::kI32:
+            std::memcpy(dst, &v, 4);
+            break;
+          case DType::kI16:
+          case DType::kU16: {
+            uint16_t u = static_cast<uint16_t>(v);
+            std::memcpy(dst, &u, 2);
+            break;
+          }
+          default:
+            *dst = static_cast<uint8_t>(v);
+            break;
+        }
+      }
+    }
+  }
+  return t;
+}
+
+ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
+  ValueInfo vi;
+  vi.name = v.name();
+  if (v.type().has_tensor_type()) {
+    const auto& tt = v.type().tensor_type();
+    vi.elem_type = tt.elem_type();
+    if (tt.has_shape()) {
+      vi.has_shape = true;
+      for (const auto& d : tt.shape().dim()) {
+        vi.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        vi.dim_names.push_back(d.has_dim_param() ? d.dim_param() : "");
+      }
+    }
+  }
+  return vi;
+}
+
+struct Loader {
+  int64_t opset = 0;
+  int depth = 0;
+
+  // Id of `name` in g, resolving it through enclosing graphs when g does not define it.
+  int resolve(Graph& g, const std::string& name) {
+    auto it = g.ids.find(name);
+    if (it != g.ids.end()) return it->second;
+    if (!g.parent) return -1;
+    int pid = resolve(*g.parent, name);
+    if (pid < 0) return -1;
+    int id = define(g, name);
+    g.outer_refs.emplace_back(id, pid);
+    return id;
+  }
+  int define(Graph& g, const std::string& name) {
+    int id = static_cast<int>(g.names.size());
+    g.names.push_back(name);
+    g.ids[name] = id;
+    return id;
+  }
+
+  Result<Attr> attribute(const ::onnx::AttributeProto& a, Graph& g, const std::string& node) {
+    Attr out;
+    using AP = ::onnx::AttributeProto;
+    int type = a.type();
+    if (type == AP::UNDEFINED) {  // old models omit the type
+      if (a.has_g())
+        type = AP::GRAPH;
+      else if (a.has_t())
+        type = AP::TENSOR;
+      else if (a.has_s())
+        type = AP::STRING;
+      else if (a.has_f())
+        type = AP::FLOAT;
+      else if (a.ints_size())
+        type = AP::INTS;
+      else if (a.floats_size())
+        type = AP::FLOATS;
+      else
+        type = AP::INT;
+    }
+    switch (type) {
+      case AP::FLOAT:
+        out.kind = Attr::kFloat;
+        out.f = a.f();
+        break;
+      case AP::INT:
+        out.kind = Attr::kInt;
+        out.i = a.i();
+        break;
+      case AP::STRING:
+        out.kind = Attr::kString;
+        out.s = a.s();
+        break;
+      case AP::TENSOR: {
+        out.kind = Attr::kTensor;
+        POWER_ASSIGN_OR_RETURN(out.t, tensor_from_proto(a.t()));
+        break;
+      }
+      case AP::GRAPH: {
+        out.kind = Attr::kGraph;
+        if (depth >= 8)
+          return make_error(StatusCode::kUnsupported, "subgraphs nested deeper than 8");
+        auto sub = std::make_shared<Graph>();
+        sub->parent = &g;
+        ++depth;
+        Status st = load_graph(a.g(), *sub);
+        --depth;
+        POWER_RETURN_IF_ERROR(st);
+        out.g = sub;
+        break;
+      }
+      case AP::FLOATS:
+        out.kind = Attr::kFloats;
+        out.floats.assign(a.floats().begin(), a.floats().end());
+        break;
+      case AP::INTS:
+        out.kind = Attr::kInts;
+        out.ints.assign(a.ints().begin(), a.ints().end());
+        break;
+      case AP::STRINGS:
+        out.kind = Attr::kStrings;
+        out.strings.assign(a.strings().begin(), a.strings().end());
+        break;
+      default:
+        return make_error(StatusCode::kUnsupported, "attribute '{}' of {} has unsupported type {}",
+                          a.name(), node, type);
+    }
+    return out;
+  }
+
+  Status load_graph(const ::onnx::GraphProto& gp, Graph& g) {
+    g.name = gp.name();
+    std::unordered_set<std::string> init_names;
+    for (const auto& t : gp.initializer()) {
+      if (t.name().empty())
+        return make_error(StatusCode::kInvalidArgument, "initializer without a name");
+      POWER_ASSIGN_OR_RETURN(Tensor tensor, tensor_from_proto(t));
+      int id = g.ids.count(t.name()) ? g.ids[t.name()] : define(g, t.name());
+      g.initializers[id] = std::move(tensor);
+      init_names.insert(t.name());
+    }
+    for (const auto& in : gp.input()) {
+      if (init_names.count(in.name())) continue;  // an initializer with a default
+      if (g.ids.count(in.name())) {
+        return make_error(StatusCode::kInvalidArgument, "graph input '{}' declared twice",
+                          in.name());
+      }
+      ValueInfo vi = value_info(in);
+      if (vi.elem_type != 0 && !dtype_supported(vi.elem_type)) {
+        return make_error(StatusCode::kUnsupported,
+                          "graph input '{}' has unsupported element type {}", in.name(),
+                          vi.elem_type);
+      }
+      g.inputs.push_back(define(g, in.name()));
+      g.input_info.push_back(std::move(vi));
+    }
+    for (const auto& np : gp.node()) {
+      Node n;
+      n.op = np.op_type();
+      n.name = np.name();
+      n.opset = static_cast<int>(opset);
+      if (!np.domain().empty() && np.domain() != "ai.onnx") {
+        return make_error(
+            StatusCode::kUnsupported,
+            "{} uses operator domain '{}' (only the default ONNX domain is supported)", n.label(),
+            np.domain());
+      }
+      const OpDef* def = find_op(n.op);
+      if (!def && n.op != "If") {
+        return make_error(StatusCode::kUnsupported, "unsupported operator {} (node '{}')", n.op,
+                          n.name);
+      }
+      for (const auto& in : np.input()) {
+        if (in.empty()) {
+          n.inputs.push_back(-1);
+          continue;
+        }
+        int id = resolve(g, in);
+        if (id < 0) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "{} reads '{}', which no earlier node, input or initializer defines "
+                            "(graph not topologically sorted or malformed)",
+                            n.label(), in);
+        }
+        n.inputs.push_back(id);
+      }
+      for (const auto& a : np.attribute()) {
+        POWER_ASSIGN_OR_RETURN(Attr attr, attribute(a, g, n.label()));
+        if (attr.g) {
+          for (auto [local, outer] : attr.g->outer_refs) {
+            (void)local;
+            if (std::find(n.captures.begin(), n.captures.end(), outer) == n.captures.end())
+              n.captures.push_back(outer);
+          }
+        }
+        n.attrs[a.name()] = std::move(attr);
+      }
+      if (def && def->check) POWER_RETURN_IF_ERROR(def->check(n));
+      if (n.op == "If") {
+        if (n.inputs.size() != 1 || n.inputs[0] < 0) {
+          return make_error(StatusCode::kInvalidArgument, "{} needs one condition input",
+                            n.label());
+        }
+        auto t = n.attrs.find("then_branch"), e = n.attrs.find("else_branch");
+        if (t == n.attrs.end() || e == n.attrs.end() || !t->second.g || !e->second.g) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "{} needs then_branch and else_branch graphs", n.label());
+        }
+        if (t->second.g->outputs.size() != static_cast<size_t>(np.output_size()) ||
+            e->second.g->outputs.size() != static_cast<size_t>(np.output_size())) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "{}: branch output counts differ from the node's", n.label());
+        }
+      }
+      for (const auto& out : np.output()) {
+        if (out.empty()) {
+          n.outputs.push_back(-1);
+          continue;
+        }
+        if (g.ids.count(out)) {
+          return make_error(StatusCode::kInvalidArgument, "{} redefines value '{}'", n.label(),
+                            out);
+        }
+        n.outputs.push_back(define(g, out));
+      }
+      g.nodes.push_back(std::move(n));
+    }
+    for (const auto& out : gp.output()) {
+      int id = resolve(g, out.name());
+      if (id < 0) {
+        return make_error(StatusCode::kInvalidArgument, "graph output '{}' is never produced",
+                          out.name());
+      }
+      g.outputs.push_back(id);
+      g.output_info.push_back(value_info(out));
+    }
+    // Liveness: the last node index that reads each value.
+    g.last_use.assign(g.names.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int id : g.nodes[i].inputs)
+        if (id >= 0) g.last_use[id] = static_cast<int>(i);
+    }
+    // Captured values are read by the node that owns the subgraph: map the subgraph's outer ids.
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (int id : g.nodes[i].captures)
+        g.last_use[id] = std::max(g.last_use[id], static_cast<int>(i));
+    for (int id : g.outputs) g.last_use[id] = static_cast<int>(g.nodes.size());
+    return Status();
+  }
+};
+
+bool is_view_op(const std::string& op) {
+  const OpDef* d = find_op(op);
+  return d && d->view;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Model>> Model::load_file(const std::string& path) {
+  auto bytes = read_file(path);
+  if (!bytes.ok()) return std::move(bytes).take_status();
+  return load_bytes(bytes->data(), bytes->size());
+}
+
+Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t size) {
+  if (size > (size_t{2} << 30) - 1) {
+    return make_error(StatusCode::kUnsupported,
+                      "ONNX file of {} bytes exceeds protobuf's 2 GiB limit", size);
+  }
+  ::onnx::ModelProto mp;
+  if (!mp.ParseFromArray(data, static_cast<int>(size))) {
+    return make_error(StatusCode::kCorrupt, "not a valid ONNX model (protobuf parse failed)");
+  }
+  if (!mp.has_graph()) return make_error(StatusCode::kCorrupt, "ONNX model has no graph");
+  std::shared_ptr<Model> m(new Model());
+  m->ir_version_ = mp.ir_version();
+  m->producer_ = mp.producer_name();
+  for (const auto& o : mp.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") m->opset_ = o.version();
+  }
+  if (m->opset_ == 0) {
+    return make_error(StatusCode::kUnsupported, "model imports no default-domain opset");
+  }
+  Loader loader;
+  loader.opset = m->opset_;
+  m->graph_ = std::make_shared<Graph>();
+  POWER_RETURN_IF_ERROR(loader.load_graph(mp.graph(), *m->graph_));
+  // Keep a weight-free copy for shape inference: small initializers (shape constants) stay.
+  for (auto& t : *mp.mutable_graph()->mutable_initializer()) {
+    int64_t n = 1;
+    for (auto d : t.dims()) n *= d;
+    if (n > 64) {
+      t.clear_raw_data();
+      t.clear_float_data();
+      t.clear_double_data();
+      t.clear_int32_data();
+      t.clear_int64_data();
+    }
+  }
+  m->shape_model_ = mp.SerializeAsString();
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t total = 0;
+  std::function<void(const Graph&)> walk = [&](const Graph& g) {
+    for (const auto& [id, t] : g.initializers) total += static_cast<int64_t>(t.nbytes());
+    for (const auto& n : g.nodes)
+      for (const auto& [k, a] : n.attrs) {
+        if (a.kind == Attr::kTensor) total += static_cast<int64_t>(a.t.nbytes());
+        if (a.g) walk(*a.g);
+      }
+  };
+  walk(*graph_);
+  return total;
+}
+
+std::map<std::string, int> Model::op_counts() const {
+  std::map<std::string, int> counts;
+  std::function<void(const Graph&)> walk = [&](const Graph& g) {
+    for (const auto& n : g.nodes) {
+      counts[n.op]++;
+      for (const auto& [k, a] : n.attrs)
+        if (a.g) walk(*a.g);
+    }
+  };
+  walk(*graph_);
+  return counts;
+}
+
+Result<MemoryPlan> Model::plan_memory(const std::vector<Shape>& input_shapes) const {
+  const Graph& g = *graph_;
+  if (input_shapes.size() != g.inputs.size()) {
+    return make_error(StatusCode::kInvalidArgument, "model has {} inputs, {} shapes given",
+                      g.inputs.size(), input_shapes.size());
+  }
+  ::onnx::ModelProto mp;
+  if (!mp.ParseFromString(shape_model_)) return make_error(StatusCode::kInternal, "shape model");
+  // Fix the runtime inputs' shapes.
+  auto* gp = mp.mutable_graph();
+  size_t k = 0;
+  std::unordered_set<std::string> init;
+  for (const auto& t : gp->initializer()) init.insert(t.name());
+  for (auto& in : *gp->mutable_input()) {
+    if (init.count(in.name())) continue;
+    auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : input_shapes[k]) shape->add_dim()->set_dim_value(d);
+    ++k;
+  }
+  gp->clear_value_info();
+  ::onnx::ShapeInferenceOptions opts;
+  opts.check_type = false;
+  opts.error_mode = 0;
+  opts.enable_data_propagation = true;
+  try {
+    ::onnx::shape_inference::InferShapes(mp, ::onnx::OpSchemaRegistry::Instance(), opts);
+  } catch (const std::exception& e) {
+    return make_error(StatusCode::kInvalidArgument, "shape inference failed: {}", e.what());
+  }
+  std::unordered_map<std::string, int64_t> bytes;  // -1 unknown
+  auto record = [&](const ::onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
+    const auto& tt = v.type().tensor_type();
+    if (!dtype_supported(tt.elem_type())) return;
+    int64_t n = 1;
+    for (const auto& d : tt.shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0) return;
+      n *= d.dim_value();
+    }
+    bytes[v.name()] = n * static_cast<int64_t>(dtype_size(static_cast<DType>(tt.elem_type())));
+  };
+  for (const auto& v : gp->value_info()) record(v);
+  for (const auto& v : gp->output()) record(v);
+
+  MemoryPlan plan;
+  plan.weight_bytes = weight_bytes();
+  // Simulate the interpreter: every non-view output is a new buffer; a view shares its input's
+  // buffer; a buffer is released when the last value referencing it is dead.
+  std::vector<int> buffer_of(g.names.size(), -1);
+  std::vector<int64_t> buffer_bytes;
+  std::vector<int> buffer_refs;
+  int64_t live = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool view = is_view_op(n.op);
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      int id = n.outputs[o];
+      if (id < 0) continue;
+      if (view && o == 0 && n.inputs[0] >= 0 && buffer_of[n.inputs[0]] >= 0) {
+        buffer_of[id] = buffer_of[n.inputs[0]];
+        buffer_refs[buffer_of[id]]++;
+        continue;
+      }
+      if (view && o == 0) continue;      // a view of an input or initializer: not counted
+      if (g.last_use[id] < 0) continue;  // dropped right away
+      auto it = bytes.find(g.names[id]);
+      int64_t b = 0;
+      if (it == bytes.end()) {
+        plan.unknown_values++;
+      } else {
+        b = it->second;
+      }
+      buffer_of[id] = static_cast<int>(buffer_bytes.size());
+      buffer_bytes.push_back(b);
+      buffer_refs.push_back(1);
+      live += b;
+    }
+    plan.peak_bytes = std::max(plan.peak_bytes, live);
+    // Free values whose last use is this node.
+    std::vector<int> dead;
+    for (int id : n.inputs)
+      if (id >= 0 && g.last_use[id] == static_cast<int>(i)) dead.push_back(id);
+    for (int id : n.captures)
+      if (g.last_use[id] == static_cast<int>(i)) dead.push_back(id);
+    for (int id : n.outputs)
+      if (id >= 0 && g.last_use[id] < 0) dead.push_back(id);
+    std::sort(dead.begin(), dead.end());
+    dead.erase(std::unique(dead.begin(), dead.end()), dead.end());
+    for (int id : dead) {
+      int b = buffer_of[id];
+      if (b < 0) continue;
+      buffer_of[id] = -1;
+      if (--buffer_refs[b] == 0) live -= buffer_bytes[b];
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+struct Exec {
+  ThreadPool* pool;
+  RunStats* stats;
+  std::unordered_map<const void*, int> refs;  // kernel-produced buffers -> live values
+  int64_t live = 0;
+  int64_t peak = 0;
+
+  void retain(const Tensor& t, bool owned) {
+    if (!owned || !t.buf) return;
+    if (refs[t.buf.get()]++ == 0) {
+      live += static_cast<int64_t>(t.nbytes());
+      peak = std::max(peak, live);
+    }
+  }
+  void release(const Tensor& t) {
+    if (!t.buf) return;
+    auto it = refs.find(t.buf.get());
+    if (it == refs.end()) return;
+    if (--it->second == 0) {
+      live -= static_cast<int64_t>(t.nbytes());
+      refs.erase(it);
+    }
+  }
+
+  Status run_graph(const Graph& g, std::vector<Tensor>& vals) {
+    for (const auto& [id, t] : g.initializers) vals[id] = t;
+    OpContext ctx{pool};
+    std::vector<const Tensor*> in;
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      in.clear();
+      for (int id : n.inputs) {
+        if (id < 0) {
+          in.push_back(nullptr);
+          continue;
+        }
+        if (!vals[id].buf) {
+          return make_error(StatusCode::kInternal, "{}: input '{}' has no value", n.label(),
+                            g.names[id]);
+        }
+        in.push_back(&vals[id]);
+      }
+      out.assign(n.outputs.size(), Tensor{});
+      Status st;
+      if (n.op == "If") {
+        st = run_if(g, n, vals, out);
+      } else {
+        const OpDef* def = find_op(n.op);
+        st = def->run(n, in, out, ctx);
+      }
+      if (!st.ok()) return std::move(st).with("node", n.name.empty() ? n.op : n.name);
+      if (stats) stats->nodes_run++;
+      const OpDef* def = find_op(n.op);
+      bool view = def && def->view;
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        int id = n.outputs[o];
+        if (id < 0) continue;
+        if (!out[o].buf) {
+          return make_error(StatusCode::kInternal, "{} produced no output {}", n.label(), o);
+        }
+        // A view shares a buffer; it is counted only if that buffer is already tracked.
+        bool owned = !(view && o == 0) || refs.count(out[o].buf.get());
+        retain(out[o], owned);
+        vals[id] = std::move(out[o]);
+      }
+      for (int id : n.inputs)
+        if (id >= 0 && g.last_use[id] == static_cast<int>(i) && vals[id].buf) {
+          release(vals[id]);
+          vals[id] = Tensor{};
+        }
+      for (int id : n.captures)
+        if (g.last_use[id] == static_cast<int>(i) && vals[id].buf) {
+          release(vals[id]);
+          vals[id] = Tensor{};
+        }
+      for (int id : n.outputs)
+        if (id >= 0 && g.last_use[id] < 0 && vals[id].buf) {
+          release(vals[id]);
+          vals[id] = Tensor{};
+        }
+    }
+    return Status();
+  }
+
+  Status run_if(const Graph& g, const Node& n, std::vector<Tensor>& vals,
+                std::vector<Tensor>& out) {
+    const Tensor& c = vals[n.inputs[0]];
+    if (c.numel() != 1) {
+      return make_error(StatusCode::kInvalidArgument, "{}: condition has {} elements", n.label(),
+                        c.numel());
+    }
+    auto cv = to_f64_vector(c);
+    bool cond = cv.ok() && (*cv)[0] != 0;
+    const Graph& sub = *n.attrs.at(cond ? "then_branch" : "else_branch").g;
+    std::vector<Tensor> sv(sub.names.size());
+    for (auto [local, outer] : sub.outer_refs) sv[local] = vals[outer];
+    // Values the branch reads from the enclosing graph are owned there: the branch only
+    // tracks what it produces.
+    Exec inner{pool, nullptr, {}, 0, 0};
+    POWER_RETURN_IF_ERROR(inner.run_graph(sub, sv));
+    peak = std::max(peak, live + inner.peak);
+    for (size_t o = 0; o < sub.outputs.size(); ++o) {
+      out[o] = sv[sub.outputs[o]];
+      if (!out[o].buf)
+        return make_error(StatusCode::kInternal, "{}: branch output missing", n.label());
+      // A branch output that is a captured outer value must not alias its bookkeeping.
+      if (refs.count(out[o].buf.get())) {
+        Tensor copy = out[o];
+        copy.buf = std::make_shared<std::vector<uint8_t>>(*out[o].buf);
+        out[o] = std::move(copy);
+      }
+    }
+    return Status();
+  }
+};
+
+}  // namespace
+
+Result<std::vector<Tensor>> Model::run(const std::vector<Tensor>& inputs, ThreadPool* pool,
+                                       RunStats* stats) const {
+  const Graph& g = *graph_;
+  if (inputs.size() != g.inputs.size()) {
+    return make_error(StatusCode::kInvalidArgument, "model has {} inputs, {} given",
+                      g.inputs.size(), inputs.size());
+  }
+  std::vector<Tensor> vals(g.names.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& vi = g.input_info[i];
+    const Tensor& t = inputs[i];
+    if (!t.buf || t.numel() < 0 ||
+        t.nbytes() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype)) {
+      return make_error(StatusCode::kInvalidArgument, "input '{}' is not a valid tensor", vi.name);
+    }
+    if (vi.elem_type != 0 && vi.elem_type != static_cast<int32_t>(t.dtype)) {
+      return make_error(StatusCode::kInvalidArgument, "input '{}' must be {}, got {}", vi.name,
+                        dtype_name(static_cast<DType>(vi.elem_type)), dtype_name(t.dtype));
+    }
+    if (vi.has_shape) {
+      bool ok = vi.dims.size() == t.shape.size();
+      for (size_t d = 0; ok && d < vi.dims.size(); ++d)
+        if (vi.dims[d] >= 0 && vi.dims[d] != t.shape[d]) ok = false;
+      if (!ok) {
+        return make_error(StatusCode::kInvalidArgument, "input '{}' must have shape {}, got {}",
+                          vi.name, shape_str(vi.dims), shape_str(t.shape));
+      }
+    }
+    vals[g.inputs[i]] = t;
+  }
+  Exec exec{pool, stats, {}, 0, 0};
+  POWER_RETURN_IF_ERROR(exec.run_graph(g, vals));
+  std::vector<Tensor> outs;
+  for (int id : g.outputs) {
+    if (!vals[id].buf) return make_error(StatusCode::kInternal, "output '{}' missing", g.names[id]);
+    outs.push_back(vals[id]);
+  }
+  if (stats) stats->peak_bytes = exec.peak;
+  return outs;
+}
+
+std::vector<std::string> supported_operators() {
+  std::vector<std::string> out;
+  for (const auto& d : all_ops()) out.push_back(d.name);
+  out.push_back("If");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace power::onnx

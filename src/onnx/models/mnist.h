@@ -1,0 +1,22 @@
+// MNIST digit classifier (ONNX model zoo mnist-8): a 28x28 gray image -> 10 logits.
+// Pre-processing as the model was trained: raw 0..255 pixel values, top-down rows, no scaling.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "onnx/graph.h"
+#include "onnx/media.h"
+
+namespace power::onnx {
+
+struct MnistResult {
+  int digit = -1;
+  std::vector<float> logits;  // 10 scores (unnormalized)
+};
+
+// The image must be 28x28 (gray or RGB; RGB is converted to gray by the decoder's weights).
+Result<MnistResult> mnist_classify(const Model& model, const Image& image,
+                                   ThreadPool* pool = nullptr);
+
+}  // namespace power::onnx

@@ -1,0 +1,42 @@
+// The operator kernels (CPU, float32 plus the integer/bool types shape arithmetic needs) and
+// their load-time attribute checks. Internal to src/onnx.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "onnx/graph.h"
+
+namespace power {
+class ThreadPool;
+}
+
+namespace power::onnx {
+
+struct OpContext {
+  ThreadPool* pool = nullptr;
+};
+
+// in: one pointer per node input (nullptr when omitted); out: sized to the node's outputs.
+using KernelFn = Status (*)(const Node& node, const std::vector<const Tensor*>& in,
+                            std::vector<Tensor>& out, OpContext& ctx);
+// Load-time check of attributes and input counts: kUnsupported/kInvalidArgument naming the node.
+using CheckFn = Status (*)(const Node& node);
+
+struct OpDef {
+  const char* name;
+  KernelFn run;
+  CheckFn check;  // may be null
+  bool view;      // output 0 shares input 0's bytes (Reshape, Squeeze, ...)
+};
+
+const OpDef* find_op(const std::string& op);
+const std::vector<OpDef>& all_ops();
+
+// C[M,N] (+)= A[M,K] * B[K,N] (row-major, leading dims given); beta 0 or 1.
+void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+           bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
+           bool accumulate);
+
+}  // namespace power::onnx

@@ -1,0 +1,885 @@
+// Neural-network kernels: SGEMM, MatMul/Gemm, Conv (grouped, depthwise, dilated, 1-D and 2-D,
+// im2col + SGEMM), ConvTranspose, BatchNormalization, pooling, LSTM, Resize; the op registry.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "base/thread_pool.h"
+#include "onnx/ops_internal.h"
+
+namespace power::onnx {
+
+namespace {
+
+// C[i, j0:j1] += sum_k A[i,k] * B[k, j0:j1] for rows [i0, i1). A, B, C row-major normal.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc) {
+  constexpr int64_t kTile = 256;
+  constexpr int64_t kKTile = 256;
+  for (int64_t jt = j0; jt < j1; jt += kTile) {
+    int64_t je = std::min(j1, jt + kTile);
+    for (int64_t kt = 0; kt < K; kt += kKTile) {
+      int64_t ke = std::min(K, kt + kKTile);
+      for (int64_t i = i0; i < i1; ++i) {
+        float* c = C + i * ldc;
+        const float* a = A + i * lda;
+        int64_t k = kt;
+        for (; k + 4 <= ke; k += 4) {
+          float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
+          const float* b0 = B + k * ldb;
+          const float* b1 = b0 + ldb;
+          const float* b2 = b1 + ldb;
+          const float* b3 = b2 + ldb;
+          for (int64_t j = jt; j < je; ++j)
+            c[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        }
+        for (; k < ke; ++k) {
+          float av = a[k];
+          const float* b = B + k * ldb;
+          for (int64_t j = jt; j < je; ++j) c[j] += av * b[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+           bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
+           bool accumulate) {
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+  if (M == 0 || N == 0 || K == 0) return;
+  std::vector<float> at, bt;
+  if (trans_a) {  // A stored [K, M]
+    at.resize(static_cast<size_t>(M * K));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < M; ++i) at[i * K + k] = A[k * lda + i];
+    A = at.data();
+    lda = K;
+  }
+  if (trans_b) {  // B stored [N, K]
+    bt.resize(static_cast<size_t>(N * K));
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) bt[k * N + j] = B[j * ldb + k];
+    B = bt.data();
+    ldb = N;
+  }
+  int threads = pool ? pool->size() : 1;
+  double work = static_cast<double>(M) * N * K;
+  if (threads <= 1 || work < 64 * 1024) {
+    gemm_block(0, M, 0, N, K, A, lda, B, ldb, C, ldc);
+    return;
+  }
+  if (N >= 64 * threads || N >= M) {
+    int64_t chunk = ((N + threads - 1) / threads + 15) / 16 * 16;
+    int64_t parts = (N + chunk - 1) / chunk;
+    pool->parallel_for(static_cast<size_t>(parts), [&](size_t b, size_t e, int) {
+      for (size_t p = b; p < e; ++p) {
+        int64_t j0 = static_cast<int64_t>(p) * chunk, j1 = std::min(N, j0 + chunk);
+        gemm_block(0, M, j0, j1, K, A, lda, B, ldb, C, ldc);
+      }
+    });
+  } else {
+    pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
+      gemm_block(static_cast<int64_t>(b), static_cast<int64_t>(e), 0, N, K, A, lda, B, ldb, C, ldc);
+    });
+  }
+}
+
+namespace {
+
+Status op_matmul(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
+  const Tensor &a = *in[0], &b = *in[1];
+  POWER_RETURN_IF_ERROR(need_f32(n, &a, "A"));
+  POWER_RETURN_IF_ERROR(need_f32(n, &b, "B"));
+  if (a.rank() == 0 || b.rank() == 0) return op_error(n, "scalar operand");
+  Shape as = a.shape, bs = b.shape;
+  bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  int64_t M = as[as.size() - 2], K = as.back(), K2 = bs[bs.size() - 2], N = bs.back();
+  if (K != K2)
+    return op_error(
+        n, fmt::format("inner dimensions differ: {} x {}", shape_str(a.shape), shape_str(b.shape)));
+  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  size_t r = std::max(ab.size(), bb.size());
+  Shape batch(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t x = i + ab.size() >= r ? ab[i + ab.size() - r] : 1;
+    int64_t y = i + bb.size() >= r ? bb[i + bb.size() - r] : 1;
+    if (x != y && x != 1 && y != 1) return op_error(n, "batch dimensions do not broadcast");
+    batch[i] = std::max(x, y);
+    if (x == 0 || y == 0) batch[i] = 0;
+  }
+  Shape os = batch;
+  if (!a1) os.push_back(M);
+  if (!b1) os.push_back(N);
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, os));
+  int64_t nb = shape_numel(batch);
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    int64_t oa = 0, ob = 0, sa = 1, sb = 1;
+    for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
+      int64_t xa = d + ab.size() >= r ? ab[d + ab.size() - r] : 1;
+      int64_t xb = d + bb.size() >= r ? bb[d + bb.size() - r] : 1;
+      oa += (xa == 1 ? 0 : idx[d]) * sa;
+      ob += (xb == 1 ? 0 : idx[d]) * sb;
+      sa *= xa;
+      sb *= xb;
+    }
+    sgemm(ctx.pool, M, N, K, a.data<float>() + oa * M * K, K, false, b.data<float>() + ob * K * N,
+          N, false, out[0].mutable_data<float>() + bi * M * N, N, false);
+    for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return Status();
+}
+
+Status op_gemm(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
+  const Tensor &a = *in[0], &b = *in[1];
+  POWER_RETURN_IF_ERROR(need_f32(n, &a, "A"));
+  POWER_RETURN_IF_ERROR(need_f32(n, &b, "B"));
+  if (a.rank() != 2 || b.rank() != 2) return op_error(n, "A and B must be 2-D");
+  bool ta = n.attr_i("transA", 0) != 0, tb = n.attr_i("transB", 0) != 0;
+  float alpha = n.attr_f("alpha", 1.0f), beta = n.attr_f("beta", 1.0f);
+  int64_t M = ta ? a.shape[1] : a.shape[0], K = ta ? a.shape[0] : a.shape[1];
+  int64_t K2 = tb ? b.shape[1] : b.shape[0], N = tb ? b.shape[0] : b.shape[1];
+  if (K != K2) return op_error(n, "inner dimensions differ");
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, {M, N}));
+  float* y = out[0].mutable_data<float>();
+  sgemm(ctx.pool, M, N, K, a.data<float>(), a.shape[1], ta, b.data<float>(), b.shape[1], tb, y, N,
+        false);
+  if (alpha != 1.0f)
+    for (int64_t i = 0; i < M * N; ++i) y[i] *= alpha;
+  if (in.size() > 2 && in[2]) {
+    const Tensor& c = *in[2];
+    POWER_RETURN_IF_ERROR(need_f32(n, &c, "C"));
+    Shape cs = c.shape;
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    if (cs.size() != 2 || (cs[0] != 1 && cs[0] != M) || (cs[1] != 1 && cs[1] != N))
+      return op_error(n, "C does not broadcast");
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        y[i * N + j] += beta * c.data<float>()[(cs[0] == 1 ? 0 : i) * cs[1] + (cs[1] == 1 ? 0 : j)];
+  }
+  return Status();
+}
+
+// Spatial geometry shared by Conv and the pools (1-D is treated as 2-D with height 1).
+struct Geo {
+  int64_t N, C, H, W;  // input
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;  // pads top, left, bottom, right
+  int64_t OH, OW;
+  int spatial;  // 1 or 2
+};
+
+Status geometry(const Node& n, const Shape& xs, const std::vector<int64_t>& kernel, Geo& g,
+                bool ceil_mode) {
+  int sp = static_cast<int>(xs.size()) - 2;
+  if (sp != 1 && sp != 2)
+    return op_unsupported(n, fmt::format("{}-D spatial input (1-D and 2-D are supported)", sp));
+  if (static_cast<int>(kernel.size()) != sp)
+    return op_error(n, "kernel rank differs from the input's");
+  g.spatial = sp;
+  g.N = xs[0];
+  g.C = xs[1];
+  g.H = sp == 2 ? xs[2] : 1;
+  g.W = xs[xs.size() - 1];
+  auto strides = n.attr_ints("strides"), dil = n.attr_ints("dilations"), pads = n.attr_ints("pads");
+  if (strides.empty()) strides.assign(sp, 1);
+  if (dil.empty()) dil.assign(sp, 1);
+  if (pads.empty()) pads.assign(2 * sp, 0);
+  if (static_cast<int>(strides.size()) != sp || static_cast<int>(dil.size()) != sp ||
+      static_cast<int>(pads.size()) != 2 * sp) {
+    return op_error(n, "strides/dilations/pads lengths differ from the spatial rank");
+  }
+  for (int64_t v : strides)
+    if (v <= 0) return op_error(n, "stride must be positive");
+  for (int64_t v : dil)
+    if (v <= 0) return op_error(n, "dilation must be positive");
+  for (int64_t v : kernel)
+    if (v <= 0) return op_error(n, "kernel size must be positive");
+  for (int64_t v : pads)
+    if (v < 0) return op_error(n, "negative pads");
+  g.kh = sp == 2 ? kernel[0] : 1;
+  g.kw = kernel[sp - 1];
+  g.sh = sp == 2 ? strides[0] : 1;
+  g.sw = strides[sp - 1];
+  g.dh = sp == 2 ? dil[0] : 1;
+  g.dw = dil[sp - 1];
+  std::string ap = n.attr_s("auto_pad", "NOTSET");
+  int64_t in_sz[2] = {g.H, g.W}, k[2] = {g.kh, g.kw}, s[2] = {g.sh, g.sw}, d[2] = {g.dh, g.dw};
+  int64_t pb_[2], pe_[2], o[2];
+  for (int a = 0; a < 2; ++a) {
+    int pi = sp == 2 ? a : 0;
+    bool real = sp == 2 || a == 1;
+    int64_t ek = (k[a] - 1) * d[a] + 1;
+    if (!real) {
+      pb_[a] = pe_[a] = 0;
+      o[a] = 1;
+      continue;
+    }
+    if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      o[a] = (in_sz[a] + s[a] - 1) / s[a];
+      int64_t total = std::max<int64_t>(0, (o[a] - 1) * s[a] + ek - in_sz[a]);
+      pb_[a] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe_[a] = total - pb_[a];
+    } else {
+      if (ap == "VALID") {
+        pb_[a] = pe_[a] = 0;
+      } else if (ap == "NOTSET") {
+        pb_[a] = pads[pi];
+        pe_[a] = pads[pi + sp];
+      } else {
+        return op_unsupported(n, fmt::format("auto_pad '{}'", ap));
+      }
+      int64_t span = in_sz[a] + pb_[a] + pe_[a] - ek;
+      if (span < 0) return op_error(n, "kernel larger than the padded input");
+      o[a] = (ceil_mode ? (span + s[a] - 1) / s[a] : span / s[a]) + 1;
+      // ceil_mode: the last window must start inside the input or left padding.
+      if (ceil_mode && (o[a] - 1) * s[a] >= in_sz[a] + pb_[a]) o[a]--;
+    }
+  }
+  g.pt = pb_[0];
+  g.pb = pe_[0];
+  g.pl = pb_[1];
+  g.pr = pe_[1];
+  g.OH = o[0];
+  g.OW = o[1];
+  return Status();
+}
+
+Shape out_shape(const Geo& g, int64_t channels) {
+  if (g.spatial == 1) return {g.N, channels, g.OW};
+  return {g.N, channels, g.OH, g.OW};
+}
+
+Status check_conv(const Node& n) {
+  if (n.has("kernel_shape") && n.attr_ints("kernel_shape").size() > 2) {
+    return op_unsupported(n, "3-D convolution");
+  }
+  std::string ap = n.attr_s("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "SAME_UPPER" && ap != "SAME_LOWER" && ap != "VALID") {
+    return op_unsupported(n, fmt::format("auto_pad '{}'", ap));
+  }
+  return Status();
+}
+
+Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
+  const Tensor &x = *in[0], &w = *in[1];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  POWER_RETURN_IF_ERROR(need_f32(n, &w, "W"));
+  if (w.rank() != x.rank() || x.rank() < 3) return op_error(n, "W and X ranks differ");
+  std::vector<int64_t> kernel(w.shape.begin() + 2, w.shape.end());
+  Geo g;
+  POWER_RETURN_IF_ERROR(geometry(n, x.shape, kernel, g, false));
+  int64_t group = n.attr_i("group", 1);
+  int64_t M = w.shape[0];
+  if (group <= 0 || g.C % group != 0 || M % group != 0 || w.shape[1] != g.C / group) {
+    return op_error(
+        n, fmt::format("channels {} / group {} do not match W {}", g.C, group, shape_str(w.shape)));
+  }
+  const float* bias = nullptr;
+  if (in.size() > 2 && in[2]) {
+    POWER_RETURN_IF_ERROR(need_f32(n, in[2], "B"));
+    if (in[2]->numel() != M) return op_error(n, "bias length differs from output channels");
+    bias = in[2]->data<float>();
+  }
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, out_shape(g, M)));
+  int64_t cg = g.C / group, mg = M / group, kk = cg * g.kh * g.kw, P = g.OH * g.OW;
+  const float* px = x.data<float>();
+  const float* pw = w.data<float>();
+  float* py = out[0].mutable_data<float>();
+  bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
+                   g.pb == 0 && g.pr == 0;
+  bool depthwise = cg == 1 && mg == 1;
+  std::vector<float> col;
+  if (!pointwise && !depthwise) col.resize(static_cast<size_t>(kk * P));
+  for (int64_t b = 0; b < g.N; ++b) {
+    for (int64_t gi = 0; gi < group; ++gi) {
+      const float* xin = px + (b * g.C + gi * cg) * g.H * g.W;
+      float* yout = py + (b * M + gi * mg) * P;
+      const float* wg = pw + gi * mg * kk;
+      if (depthwise) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            float s = 0;
+            for (int64_t i = 0; i < g.kh; ++i) {
+              int64_t ih = oh * g.sh - g.pt + i * g.dh;
+              if (ih < 0 || ih >= g.H) continue;
+              for (int64_t j = 0; j < g.kw; ++j) {
+                int64_t iw = ow * g.sw - g.pl + j * g.dw;
+                if (iw < 0 || iw >= g.W) continue;
+                s += xin[ih * g.W + iw] * wg[i * g.kw + j];
+              }
+            }
+            yout[oh * g.OW + ow] = s;
+          }
+        continue;
+      }
+      const float* bmat = xin;
+      if (!pointwise) {
+        for (int64_t c = 0; c < cg; ++c)
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j) {
+              float* row = col.data() + ((c * g.kh + i) * g.kw + j) * P;
+              for (int64_t oh = 0; oh < g.OH; ++oh) {
+                int64_t ih = oh * g.sh - g.pt + i * g.dh;
+                float* r = row + oh * g.OW;
+                if (ih < 0 || ih >= g.H) {
+                  std::fill(r, r + g.OW, 0.0f);
+                  continue;
+                }
+                const float* src = xin + (c * g.H + ih) * g.W;
+                for (int64_t ow = 0; ow < g.OW; ++ow) {
+                  int64_t iw = ow * g.sw - g.pl + j * g.dw;
+                  r[ow] = (iw >= 0 && iw < g.W) ? src[iw] : 0.0f;
+                }
+              }
+            }
+        bmat = col.data();
+      }
+      sgemm(ctx.pool, mg, P, kk, wg, kk, false, bmat, P, false, yout, P, false);
+    }
+    if (bias)
+      for (int64_t m = 0; m < M; ++m) {
+        float* yr = py + (b * M + m) * P;
+        for (int64_t p = 0; p < P; ++p) yr[p] += bias[m];
+      }
+  }
+  return Status();
+}
+
+Status check_conv_transpose(const Node& n) {
+  POWER_RETURN_IF_ERROR(check_conv(n));
+  if (n.has("output_shape")) return op_unsupported(n, "the output_shape attribute");
+  if (n.attr_s("auto_pad", "NOTSET") != "NOTSET")
+    return op_unsupported(n, "auto_pad on ConvTranspose");
+  return Status();
+}
+
+Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
+  const Tensor &x = *in[0], &w = *in[1];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  POWER_RETURN_IF_ERROR(need_f32(n, &w, "W"));
+  int sp = x.rank() - 2;
+  if (w.rank() != x.rank() || (sp != 1 && sp != 2))
+    return op_unsupported(n, "only 1-D and 2-D inputs");
+  int64_t group = n.attr_i("group", 1);
+  int64_t N = x.shape[0], C = x.shape[1], H = sp == 2 ? x.shape[2] : 1, W = x.shape.back();
+  if (group <= 0 || C % group != 0 || w.shape[0] != C)
+    return op_error(n, "W's first dimension must equal input channels");
+  int64_t mg = w.shape[1], M = mg * group, cg = C / group;
+  int64_t kh = sp == 2 ? w.shape[2] : 1, kw = w.shape.back();
+  auto strides = n.attr_ints("strides"), dil = n.attr_ints("dilations"), pads = n.attr_ints("pads"),
+       opad = n.attr_ints("output_padding");
+  if (strides.empty()) strides.assign(sp, 1);
+  if (dil.empty()) dil.assign(sp, 1);
+  if (pads.empty()) pads.assign(2 * sp, 0);
+  if (opad.empty()) opad.assign(sp, 0);
+  if (static_cast<int>(strides.size()) != sp || static_cast<int>(dil.size()) != sp ||
+      static_cast<int>(pads.size()) != 2 * sp || static_cast<int>(opad.size()) != sp)
+    return op_error(n, "attribute lengths differ from the spatial rank");
+  for (int64_t v : strides)
+    if (v <= 0) return op_error(n, "stride must be positive");
+  for (int64_t v : dil)
+    if (v <= 0) return op_error(n, "dilation must be positive");
+  int64_t sh = sp == 2 ? strides[0] : 1, sw = strides[sp - 1], dh = sp == 2 ? dil[0] : 1,
+          dw = dil[sp - 1];
+  int64_t pt = sp == 2 ? pads[0] : 0, pl = pads[sp - 1], pb = sp == 2 ? pads[2] : 0,
+          pr = pads[2 * sp - 1];
+  int64_t oph = sp == 2 ? opad[0] : 0, opw = opad[sp - 1];
+  int64_t OH = sp == 2 ? sh * (H - 1) + oph + (kh - 1) * dh + 1 - pt - pb : 1;
+  int64_t OW = sw * (W - 1) + opw + (kw - 1) * dw + 1 - pl - pr;
+  if (OH <= 0 || OW <= 0) return op_error(n, "empty output");
+  Shape os = sp == 2 ? Shape{N, M, OH, OW} : Shape{N, M, OW};
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, os));
+  int64_t HW = H * W, kk = mg * kh * kw;
+  std::vector<float> wt(static_cast<size_t>(kk * cg)), col(static_cast<size_t>(kk * HW));
+  float* py = out[0].mutable_data<float>();
+  for (int64_t gi = 0; gi < group; ++gi) {
+    // W_g is [cg, mg*kh*kw]; we need its transpose [mg*kh*kw, cg].
+    const float* wg = w.data<float>() + gi * cg * kk;
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t r = 0; r < kk; ++r) wt[r * cg + c] = wg[c * kk + r];
+    for (int64_t b = 0; b < N; ++b) {
+      const float* xin = x.data<float>() + (b * C + gi * cg) * HW;
+      sgemm(ctx.pool, kk, HW, cg, wt.data(), cg, false, xin, HW, false, col.data(), HW, false);
+      float* yout = py + (b * M + gi * mg) * OH * OW;
+      for (int64_t m = 0; m < mg; ++m)
+        for (int64_t i = 0; i < kh; ++i)
+          for (int64_t j = 0; j < kw; ++j) {
+            const float* row = col.data() + ((m * kh + i) * kw + j) * HW;
+            for (int64_t ih = 0; ih < H; ++ih) {
+              int64_t oh = ih * sh - pt + i * dh;
+              if (oh < 0 || oh >= OH) continue;
+              for (int64_t iw = 0; iw < W; ++iw) {
+                int64_t ow = iw * sw - pl + j * dw;
+                if (ow < 0 || ow >= OW) continue;
+                yout[(m * OH + oh) * OW + ow] += row[ih * W + iw];
+              }
+            }
+          }
+    }
+  }
+  if (in.size() > 2 && in[2]) {
+    if (in[2]->numel() != M || in[2]->dtype != DType::kF32)
+      return op_error(n, "bias length differs from output channels");
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t p = 0; p < OH * OW; ++p)
+          py[(b * M + m) * OH * OW + p] += in[2]->data<float>()[m];
+  }
+  return Status();
+}
+
+Status check_bn(const Node& n) {
+  if (n.attr_i("training_mode", 0) != 0) return op_unsupported(n, "training_mode=1");
+  if (n.outputs.size() > 1) return op_unsupported(n, "training outputs (running mean/var)");
+  return Status();
+}
+
+Status op_batch_norm(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 5));
+  const Tensor& x = *in[0];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  if (x.rank() < 2) return op_error(n, "X must have a channel axis");
+  int64_t C = x.shape[1];
+  for (int i = 1; i < 5; ++i) {
+    POWER_RETURN_IF_ERROR(need_f32(n, in[i], "parameter"));
+    if (in[i]->numel() != C) return op_error(n, "parameter length differs from channels");
+  }
+  float eps = n.attr_f("epsilon", 1e-5f);
+  std::vector<float> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    float s = in[1]->data<float>()[c] / std::sqrt(in[4]->data<float>()[c] + eps);
+    scale[c] = s;
+    shift[c] = in[2]->data<float>()[c] - in[3]->data<float>()[c] * s;
+  }
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, x.shape));
+  int64_t inner = 1;
+  for (int d = 2; d < x.rank(); ++d) inner *= x.shape[d];
+  for (int64_t b = 0; b < x.shape[0]; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* s = x.data<float>() + (b * C + c) * inner;
+      float* y = out[0].mutable_data<float>() + (b * C + c) * inner;
+      for (int64_t i = 0; i < inner; ++i) y[i] = s[i] * scale[c] + shift[c];
+    }
+  return Status();
+}
+
+Status check_pool(const Node& n) {
+  if (n.outputs.size() > 1 && n.outputs[1] >= 0) return op_unsupported(n, "the Indices output");
+  if (n.attr_ints("kernel_shape").empty()) return op_error(n, "kernel_shape is required");
+  if (n.attr_ints("kernel_shape").size() > 2) return op_unsupported(n, "3-D pooling");
+  if (n.attr_i("storage_order", 0) != 0) return op_unsupported(n, "storage_order=1");
+  std::string ap = n.attr_s("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "SAME_UPPER" && ap != "SAME_LOWER" && ap != "VALID") {
+    return op_unsupported(n, fmt::format("auto_pad '{}'", ap));
+  }
+  return Status();
+}
+
+Status pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
+  const Tensor& x = *in[0];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  Geo g;
+  POWER_RETURN_IF_ERROR(
+      geometry(n, x.shape, n.attr_ints("kernel_shape"), g, n.attr_i("ceil_mode", 0) != 0));
+  bool include_pad = n.attr_i("count_include_pad", 0) != 0;
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, out_shape(g, g.C)));
+  float* py = out[0].mutable_data<float>();
+  for (int64_t bc = 0; bc < g.N * g.C; ++bc) {
+    const float* xin = x.data<float>() + bc * g.H * g.W;
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        float m = -INFINITY;
+        double s = 0;
+        int64_t cnt = 0, padded = 0;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            int64_t iw = ow * g.sw - g.pl + j * g.dw;
+            bool in_pad_area = ih >= -g.pt && ih < g.H + g.pb && iw >= -g.pl && iw < g.W + g.pr;
+            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+              if (in_pad_area) padded++;
+              continue;
+            }
+            float v = xin[ih * g.W + iw];
+            m = std::max(m, v);
+            s += v;
+            cnt++;
+          }
+        }
+        if (is_max) {
+          py[(bc * g.OH + oh) * g.OW + ow] = m;
+        } else {
+          int64_t div = include_pad ? cnt + padded : cnt;
+          py[(bc * g.OH + oh) * g.OW + ow] =
+              div ? static_cast<float>(s / static_cast<double>(div)) : 0.0f;
+        }
+      }
+  }
+  return Status();
+}
+Status op_max_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  return pool(n, in, out, true);
+}
+Status op_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  return pool(n, in, out, false);
+}
+
+Status global_pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
+  const Tensor& x = *in[0];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  if (x.rank() < 3) return op_error(n, "X must be N x C x spatial");
+  Shape s = x.shape;
+  int64_t inner = 1;
+  for (int d = 2; d < x.rank(); ++d) {
+    inner *= s[d];
+    s[d] = 1;
+  }
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, s));
+  for (int64_t bc = 0; bc < x.shape[0] * x.shape[1]; ++bc) {
+    const float* p = x.data<float>() + bc * inner;
+    double acc = is_max ? -INFINITY : 0;
+    for (int64_t i = 0; i < inner; ++i) acc = is_max ? std::max<double>(acc, p[i]) : acc + p[i];
+    out[0].mutable_data<float>()[bc] =
+        static_cast<float>(is_max ? acc : acc / static_cast<double>(inner));
+  }
+  return Status();
+}
+Status op_global_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  return global_pool(n, in, out, false);
+}
+Status op_global_max_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  return global_pool(n, in, out, true);
+}
+
+// ---- LSTM (forward, default activations sigmoid/tanh/tanh, gate order i o f c) ----
+
+Status check_lstm(const Node& n) {
+  std::string dir = n.attr_s("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    return op_error(n, "invalid direction");
+  if (n.has("activations")) {
+    auto& a = n.attrs.at("activations").strings;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const char* want = (i % 3 == 0) ? "Sigmoid" : "Tanh";
+      if (a[i] != want) return op_unsupported(n, fmt::format("activation '{}'", a[i]));
+    }
+  }
+  if (n.has("clip")) return op_unsupported(n, "cell clip");
+  if (n.attr_i("input_forget", 0) != 0) return op_unsupported(n, "input_forget=1");
+  if (n.attr_i("layout", 0) != 0) return op_unsupported(n, "layout=1");
+  if (!n.has("hidden_size")) return op_error(n, "hidden_size is required");
+  return Status();
+}
+
+Status op_lstm(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 3));
+  const Tensor &x = *in[0], &w = *in[1], &r = *in[2];
+  for (auto* t : {&x, &w, &r}) POWER_RETURN_IF_ERROR(need_f32(n, t, "input"));
+  int64_t H = n.attr_i("hidden_size", 0);
+  std::string dir = n.attr_s("direction", "forward");
+  int64_t D = dir == "bidirectional" ? 2 : 1;
+  if (x.rank() != 3 || w.rank() != 3 || r.rank() != 3) return op_error(n, "X, W, R must be 3-D");
+  int64_t T = x.shape[0], B = x.shape[1], I = x.shape[2];
+  if (H <= 0 || w.shape != Shape{D, 4 * H, I} || r.shape != Shape{D, 4 * H, H}) {
+    return op_error(n, fmt::format("W {} / R {} do not match hidden_size {} and input {}",
+                                   shape_str(w.shape), shape_str(r.shape), H, I));
+  }
+  auto opt = [&](size_t i) -> const Tensor* { return in.size() > i ? in[i] : nullptr; };
+  const Tensor *bias = opt(3), *lens = opt(4), *h0 = opt(5), *c0 = opt(6), *peep = opt(7);
+  if (bias && (bias->dtype != DType::kF32 || bias->shape != Shape{D, 8 * H}))
+    return op_error(n, "B must be [dirs, 8H]");
+  if (h0 && (h0->dtype != DType::kF32 || h0->shape != Shape{D, B, H}))
+    return op_error(n, "initial_h must be [dirs, batch, H]");
+  if (c0 && (c0->dtype != DType::kF32 || c0->shape != Shape{D, B, H}))
+    return op_error(n, "initial_c must be [dirs, batch, H]");
+  if (peep && (peep->dtype != DType::kF32 || peep->shape != Shape{D, 3 * H}))
+    return op_error(n, "P must be [dirs, 3H]");
+  std::vector<int64_t> seq(B, T);
+  if (lens) {
+    POWER_ASSIGN_OR_RETURN(seq, to_i64_vector(*lens));
+    if (static_cast<int64_t>(seq.size()) != B)
+      return op_error(n, "sequence_lens length differs from batch");
+    for (int64_t v : seq)
+      if (v < 0 || v > T) return op_error(n, "sequence length out of range");
+  }
+  Tensor y, yh, yc;
+  POWER_ASSIGN_OR_RETURN(y, make_tensor(DType::kF32, {T, D, B, H}));
+  POWER_ASSIGN_OR_RETURN(yh, make_tensor(DType::kF32, {D, B, H}));
+  POWER_ASSIGN_OR_RETURN(yc, make_tensor(DType::kF32, {D, B, H}));
+  std::vector<float> gates(static_cast<size_t>(B * 4 * H)), xw(static_cast<size_t>(T * B * 4 * H));
+  for (int64_t d = 0; d < D; ++d) {
+    bool reverse = dir == "reverse" || d == 1;
+    const float* wd = w.data<float>() + d * 4 * H * I;
+    const float* rd = r.data<float>() + d * 4 * H * H;
+    // X * W^T for all steps at once: [T*B, 4H].
+    sgemm(ctx.pool, T * B, 4 * H, I, x.data<float>(), I, false, wd, I, true, xw.data(), 4 * H,
+          false);
+    std::vector<float> h(static_cast<size_t>(B * H), 0.0f), c(static_cast<size_t>(B * H), 0.0f);
+    if (h0) std::memcpy(h.data(), h0->data<float>() + d * B * H, B * H * 4);
+    if (c0) std::memcpy(c.data(), c0->data<float>() + d * B * H, B * H * 4);
+    const float* bw = bias ? bias->data<float>() + d * 8 * H : nullptr;
+    const float* pp = peep ? peep->data<float>() + d * 3 * H : nullptr;
+    for (int64_t step = 0; step < T; ++step) {
+      sgemm(nullptr, B, 4 * H, H, h.data(), H, false, rd, H, true, gates.data(), 4 * H, false);
+      for (int64_t b = 0; b < B; ++b) {
+        int64_t len = seq[b];
+        if (step >= len) {  // past this sequence's end: outputs zero, state kept
+          std::fill(y.mutable_data<float>() + ((step * D + d) * B + b) * H,
+                    y.mutable_data<float>() + ((step * D + d) * B + b + 1) * H, 0.0f);
+          continue;
+        }
+        int64_t t = reverse ? len - 1 - step : step;
+        float* g = gates.data() + b * 4 * H;
+        const float* xg = xw.data() + (t * B + b) * 4 * H;
+        for (int64_t k = 0; k < 4 * H; ++k) {
+          g[k] += xg[k];
+          if (bw) g[k] += bw[k] + bw[4 * H + k];
+        }
+        float* hb = h.data() + b * H;
+        float* cb = c.data() + b * H;
+        for (int64_t j = 0; j < H; ++j) {
+          auto sig = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
+          float ig = g[j], og = g[H + j], fg = g[2 * H + j], cg = g[3 * H + j];
+          if (pp) {
+            ig += pp[j] * cb[j];
+            fg += pp[2 * H + j] * cb[j];
+          }
+          float i_ = sig(ig), f_ = sig(fg), c_ = std::tanh(cg);
+          float cn = f_ * cb[j] + i_ * c_;
+          if (pp) og += pp[H + j] * cn;
+          float o_ = sig(og);
+          cb[j] = cn;
+          hb[j] = o_ * std::tanh(cn);
+        }
+        std::memcpy(y.mutable_data<float>() + ((t * D + d) * B + b) * H, hb, H * 4);
+      }
+    }
+    std::memcpy(yh.mutable_data<float>() + d * B * H, h.data(), B * H * 4);
+    std::memcpy(yc.mutable_data<float>() + d * B * H, c.data(), B * H * 4);
+  }
+  out[0] = std::move(y);
+  if (out.size() > 1) out[1] = std::move(yh);
+  if (out.size() > 2) out[2] = std::move(yc);
+  return Status();
+}
+
+// ---- Resize (nearest / linear, all coordinate transformation modes but tf_crop_and_resize) ----
+
+Status check_resize(const Node& n) {
+  std::string mode = n.attr_s("mode", "nearest");
+  if (mode != "nearest" && mode != "linear")
+    return op_unsupported(n, fmt::format("mode '{}'", mode));
+  std::string ct = n.attr_s("coordinate_transformation_mode", "half_pixel");
+  if (ct != "half_pixel" && ct != "asymmetric" && ct != "align_corners" &&
+      ct != "pytorch_half_pixel" && ct != "tf_half_pixel_for_nn" && ct != "half_pixel_symmetric") {
+    return op_unsupported(n, fmt::format("coordinate_transformation_mode '{}'", ct));
+  }
+  std::string nm = n.attr_s("nearest_mode", "round_prefer_floor");
+  if (nm != "round_prefer_floor" && nm != "round_prefer_ceil" && nm != "floor" && nm != "ceil") {
+    return op_unsupported(n, fmt::format("nearest_mode '{}'", nm));
+  }
+  if (n.attr_i("antialias", 0) != 0) return op_unsupported(n, "antialias");
+  if (n.has("axes")) return op_unsupported(n, "the axes attribute");
+  if (n.attr_s("keep_aspect_ratio_policy", "stretch") != "stretch")
+    return op_unsupported(n, "keep_aspect_ratio_policy");
+  if (n.opset < 10) return op_unsupported(n, "opset < 10");
+  return Status();
+}
+
+Status op_resize(const Node& n, const Ins& in, Outs& out, OpContext&) {
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
+  const Tensor& x = *in[0];
+  POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
+  int64_t r = x.rank();
+  const Tensor* scales_t = nullptr;
+  const Tensor* sizes_t = nullptr;
+  if (n.opset < 11) {
+    scales_t = in.size() > 1 ? in[1] : nullptr;
+  } else {
+    scales_t = in.size() > 2 ? in[2] : nullptr;
+    sizes_t = in.size() > 3 ? in[3] : nullptr;
+  }
+  if (scales_t && scales_t->numel() == 0) scales_t = nullptr;
+  if (sizes_t && sizes_t->numel() == 0) sizes_t = nullptr;
+  if (!scales_t == !sizes_t) return op_error(n, "exactly one of scales and sizes must be given");
+  std::vector<double> scale(r);
+  Shape os(r);
+  if (scales_t) {
+    POWER_ASSIGN_OR_RETURN(scale, to_f64_vector(*scales_t));
+    if (static_cast<int64_t>(scale.size()) != r)
+      return op_error(n, "scales length differs from rank");
+    for (int64_t d = 0; d < r; ++d) {
+      if (!(scale[d] > 0)) return op_error(n, "scales must be positive");
+      os[d] = static_cast<int64_t>(
+          std::floor(static_cast<double>(x.shape[d]) * static_cast<float>(scale[d])));
+    }
+  } else {
+    POWER_ASSIGN_OR_RETURN(auto sz, to_i64_vector(*sizes_t));
+    if (static_cast<int64_t>(sz.size()) != r) return op_error(n, "sizes length differs from rank");
+    for (int64_t d = 0; d < r; ++d) {
+      if (sz[d] < 0) return op_error(n, "negative size");
+      os[d] = sz[d];
+      scale[d] = x.shape[d] ? static_cast<double>(sz[d]) / static_cast<double>(x.shape[d]) : 1.0;
+    }
+  }
+  std::string mode = n.attr_s("mode", "nearest");
+  std::string ct = n.attr_s("coordinate_transformation_mode", "half_pixel");
+  std::string nm = n.attr_s("nearest_mode", "round_prefer_floor");
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, os));
+  // Per axis and output index: source coordinate.
+  std::vector<std::vector<int64_t>> lo(r), hi(r);
+  std::vector<std::vector<float>> wt(r);
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t in_sz = x.shape[d], out_sz = os[d];
+    lo[d].resize(out_sz);
+    hi[d].resize(out_sz);
+    wt[d].resize(out_sz);
+    for (int64_t i = 0; i < out_sz; ++i) {
+      double s = scale[d], xo;
+      if (ct == "half_pixel")
+        xo = (i + 0.5) / s - 0.5;
+      else if (ct == "half_pixel_symmetric") {
+        double adj = out_sz / (s * in_sz);
+        double center = in_sz / 2.0;
+        double off = center * (1 - adj);
+        xo = off + (i + 0.5) / s - 0.5;
+      } else if (ct == "pytorch_half_pixel")
+        xo = out_sz > 1 ? (i + 0.5) / s - 0.5 : 0.0;
+      else if (ct == "align_corners")
+        xo =
+            out_sz > 1 ? i * static_cast<double>(in_sz - 1) / static_cast<double>(out_sz - 1) : 0.0;
+      else if (ct == "tf_half_pixel_for_nn")
+        xo = (i + 0.5) / s;
+      else
+        xo = i / s;  // asymmetric
+      if (mode == "nearest") {
+        double f = std::floor(xo);
+        int64_t v;
+        if (nm == "floor")
+          v = static_cast<int64_t>(f);
+        else if (nm == "ceil")
+          v = static_cast<int64_t>(std::ceil(xo));
+        else if (nm == "round_prefer_ceil")
+          v = static_cast<int64_t>(std::floor(xo + 0.5));
+        else
+          v = (xo - f == 0.5) ? static_cast<int64_t>(f) : static_cast<int64_t>(std::round(xo));
+        v = std::clamp<int64_t>(v, 0, in_sz - 1);
+        lo[d][i] = hi[d][i] = v;
+        wt[d][i] = 0;
+      } else {
+        xo = std::clamp(xo, 0.0, static_cast<double>(in_sz - 1));
+        int64_t a = static_cast<int64_t>(std::floor(xo));
+        int64_t b = std::min(a + 1, in_sz - 1);
+        lo[d][i] = a;
+        hi[d][i] = b;
+        wt[d][i] = static_cast<float>(xo - static_cast<double>(a));
+      }
+    }
+  }
+  std::vector<int64_t> xst(r, 1);
+  for (int64_t d = r - 2; d >= 0; --d) xst[d] = xst[d + 1] * x.shape[d + 1];
+  int64_t total = out[0].numel();
+  std::vector<int64_t> idx(r, 0);
+  const float* px = x.data<float>();
+  float* py = out[0].mutable_data<float>();
+  std::vector<int> lin_axes;
+  for (int64_t d = 0; d < r; ++d)
+    if (mode == "linear" &&
+        !(x.shape[d] == os[d] && (ct == "half_pixel" || ct == "asymmetric" ||
+                                  ct == "align_corners" || ct == "pytorch_half_pixel")))
+      lin_axes.push_back(static_cast<int>(d));
+  for (int64_t o = 0; o < total; ++o) {
+    if (mode == "nearest") {
+      int64_t off = 0;
+      for (int64_t d = 0; d < r; ++d) off += lo[d][idx[d]] * xst[d];
+      py[o] = px[off];
+    } else {
+      int64_t base = 0;
+      for (int64_t d = 0; d < r; ++d) base += lo[d][idx[d]] * xst[d];
+      double acc = 0;
+      int corners = 1 << lin_axes.size();
+      for (int cmask = 0; cmask < corners; ++cmask) {
+        int64_t off = base;
+        double w = 1;
+        for (size_t k = 0; k < lin_axes.size(); ++k) {
+          int d = lin_axes[k];
+          float f = wt[d][idx[d]];
+          if (cmask & (1 << k)) {
+            off += (hi[d][idx[d]] - lo[d][idx[d]]) * xst[d];
+            w *= f;
+          } else {
+            w *= 1 - f;
+          }
+        }
+        if (w != 0) acc += w * px[off];
+      }
+      py[o] = static_cast<float>(acc);
+    }
+    for (int64_t d = r - 1; d >= 0; --d) {
+      if (++idx[d] < os[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+void register_nn_ops(std::vector<OpDef>& ops) {
+  ops.insert(ops.end(), {
+                            {"MatMul", op_matmul, nullptr, false},
+                            {"Gemm", op_gemm, nullptr, false},
+                            {"Conv", op_conv, check_conv, false},
+                            {"ConvTranspose", op_conv_transpose, check_conv_transpose, false},
+                            {"BatchNormalization", op_batch_norm, check_bn, false},
+                            {"MaxPool", op_max_pool, check_pool, false},
+                            {"AveragePool", op_avg_pool, check_pool, false},
+                            {"GlobalAveragePool", op_global_avg_pool, nullptr, false},
+                            {"GlobalMaxPool", op_global_max_pool, nullptr, false},
+                            {"LSTM", op_lstm, check_lstm, false},
+                            {"Resize", op_resize, check_resize, false},
+                        });
+}
+
+const std::vector<OpDef>& all_ops() {
+  static const std::vector<OpDef> ops = [] {
+    std::vector<OpDef> v;
+    register_elementwise_ops(v);
+    register_tensor_ops(v);
+    register_nn_ops(v);
+    return v;
+  }();
+  return ops;
+}
+
+const OpDef* find_op(const std::string& op) {
+  static const std::unordered_map<std::string, const OpDef*> index = [] {
+    std::unordered_map<std::string, const OpDef*> m;
+    for (const auto& d : all_ops()) m[d.name] = &d;
+    return m;
+  }();
+  auto it = index.find(op);
+  return it == index.end() ? nullptr : it->second;
+}
+
+}  // namespace power::onnx

@@ -1,0 +1,80 @@
+// ONNX tensors as the executor sees them: an element type, a shape and a shared byte buffer.
+//
+// Buffers are immutable once a kernel has produced them, so Identity/Reshape/Squeeze share the
+// producer's bytes instead of copying, and initializers are shared by every run of a graph.
+// Thread-safety: a Tensor is a value; its buffer is read-only after construction.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace power::onnx {
+
+// The element types the executor stores (ONNX TensorProto.DataType codes).
+enum class DType : int32_t {
+  kF32 = 1,
+  kU8 = 2,
+  kI8 = 3,
+  kU16 = 4,
+  kI16 = 5,
+  kI32 = 6,
+  kI64 = 7,
+  kBool = 9,
+  kF64 = 11,
+};
+
+// True for the ONNX type codes above; false for strings, float16, complex, ...
+bool dtype_supported(int32_t onnx_type);
+size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);
+
+using Shape = std::vector<int64_t>;
+
+// Element count of a shape; -1 when a dimension is negative or the product overflows 2^62.
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);
+
+struct Tensor {
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::shared_ptr<std::vector<uint8_t>> buf;  // numel * dtype_size bytes
+
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return buf ? buf->size() : 0; }
+  int rank() const { return static_cast<int>(shape.size()); }
+  template <typename T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(buf->data());
+  }
+  template <typename T>
+  T* mutable_data() {
+    return reinterpret_cast<T*>(buf->data());
+  }
+  // A tensor sharing this one's bytes with another shape of the same element count.
+  Tensor reshaped(Shape s) const {
+    Tensor t = *this;
+    t.shape = std::move(s);
+    return t;
+  }
+};
+
+// A zero-filled tensor. Fails (kResourceExhausted) beyond the per-tensor cap (4 GiB), or for
+// negative dimensions (kInvalidArgument).
+Result<Tensor> make_tensor(DType t, Shape shape);
+Tensor make_f32(Shape shape, const std::vector<float>& values);
+Tensor make_i64(Shape shape, const std::vector<int64_t>& values);
+Tensor scalar_f32(float v);
+Tensor scalar_i64(int64_t v);
+
+// Reads any integer tensor (I64/I32/I16/I8/U8/U16/Bool) as int64 values.
+Result<std::vector<int64_t>> to_i64_vector(const Tensor& t);
+// Reads any numeric tensor as double values.
+Result<std::vector<double>> to_f64_vector(const Tensor& t);
+
+}  // namespace power::onnx

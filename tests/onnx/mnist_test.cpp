@@ -1,0 +1,75 @@
+// MNIST (mnist-8.onnx, ONNX model zoo) against onnxruntime's logits in ../shared.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "onnx/graph.h"
+#include "onnx/media.h"
+#include "onnx/models/mnist.h"
+#include "onnx_test_util.h"
+
+namespace power::onnx {
+namespace {
+
+using power::testing::shared_dir;
+
+TEST(OnnxMnist, LogitsMatchOnnxruntime) {
+  POWER_REQUIRE_SHARED();
+  std::string dir = shared_dir() + "/models/vision/";
+  auto model = Model::load_file(dir + "mnist-8.onnx");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto img = load_image(dir + "mnist_nine.bmp", 1);
+  ASSERT_TRUE(img.ok()) << img.status().to_string();
+  auto r = mnist_classify(**model, *img);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::ifstream f(dir + "expected_mnist-8_mnist_nine_ort1.30.0.json");
+  auto expected = nlohmann::json::parse(f);
+  EXPECT_EQ(r->digit, 9);
+  EXPECT_EQ(r->digit, expected["argmax"].get<int>());
+  ASSERT_EQ(r->logits.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    double want = expected["logits"][i].get<double>();
+    EXPECT_LE(std::fabs(r->logits[i] - want), 1e-3 * std::fabs(want))
+        << "logit " << i << " got " << r->logits[i];
+  }
+}
+
+TEST(OnnxMnist, PlannedPeakEqualsMeasuredPeak) {
+  POWER_REQUIRE_SHARED();
+  std::string dir = shared_dir() + "/models/vision/";
+  auto model = Model::load_file(dir + "mnist-8.onnx");
+  ASSERT_TRUE(model.ok());
+  auto plan = (*model)->plan_memory({{1, 1, 28, 28}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_TRUE(plan->complete());
+  // By hand: conv1 out 8x28x28 f32 = 25088 B; its +bias and relu are 25088 each. The largest
+  // moment holds two such buffers (input and output of an elementwise node): 50176 B.
+  EXPECT_EQ(plan->peak_bytes, 2 * 8 * 28 * 28 * 4);
+  RunStats stats;
+  std::vector<float> zeros(28 * 28, 0.0f);
+  auto out = (*model)->run({make_f32({1, 1, 28, 28}, zeros)}, nullptr, &stats);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(stats.peak_bytes, plan->peak_bytes);
+}
+
+TEST(OnnxMnist, WrongImageSizeIsAnError) {
+  POWER_REQUIRE_SHARED();
+  auto model = Model::load_file(shared_dir() + "/models/vision/mnist-8.onnx");
+  ASSERT_TRUE(model.ok());
+  Image img;
+  img.width = img.height = 27;
+  img.channels = 1;
+  img.data.assign(27 * 27, 0);
+  auto r = mnist_classify(**model, img);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("28x28"), std::string::npos);
+  // Wrong input shape straight into the graph: a clear error, not a crash.
+  auto out = (*model)->run({make_f32({1, 1, 28, 27}, std::vector<float>(28 * 27))});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("Input3"), std::string::npos) << out.status().to_string();
+}
+
+}  // namespace
+}  // namespace power::onnx
