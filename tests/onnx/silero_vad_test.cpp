@@ -1,0 +1,112 @@
+// Silero VAD v6.2 (silero_vad_16k_op15.onnx, uses If) against onnxruntime's per-window
+// probabilities and Silero's own get_speech_timestamps segments (../shared/models/audio).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "onnx/media.h"
+#include "onnx/models/silero_vad.h"
+#include "onnx_test_util.h"
+
+namespace power::onnx {
+namespace {
+
+using power::testing::shared_dir;
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+
+void check_probs(const std::string& wav, const std::string& expected_json) {
+  auto vad = SileroVad::load(power::testing::silero_model());
+  ASSERT_TRUE(vad.ok()) << vad.status().to_string();
+  auto audio = load_audio(shared_dir() + "/models/audio/" + wav);
+  ASSERT_TRUE(audio.ok()) << audio.status().to_string();
+  ASSERT_EQ(audio->sample_rate, 16000);
+  auto probs = vad->probabilities(audio->samples, audio->sample_rate);
+  ASSERT_TRUE(probs.ok()) << probs.status().to_string();
+  auto want = read_json(shared_dir() + "/models/audio/" + expected_json);
+  ASSERT_EQ(probs->size(), want["probs"].size());
+  ASSERT_EQ(probs->size(), want["n"].get<size_t>());
+  double worst = 0;
+  for (size_t i = 0; i < probs->size(); ++i) {
+    double d = std::fabs((*probs)[i] - want["probs"][i].get<double>());
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 1e-4) << "window " << i;
+  }
+  std::printf("silero %s: %zu windows, max |diff| vs onnxruntime %.2e\n", wav.c_str(),
+              probs->size(), worst);
+}
+
+TEST(OnnxSileroVad, JfkProbabilitiesMatchOnnxruntime) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  check_probs("jfk.wav", "expected_probs_silero_vad_16k_op15_jfk.json");
+}
+
+TEST(OnnxSileroVad, TestWavProbabilitiesMatchOnnxruntime) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  check_probs("test.wav", "expected_probs_silero_vad_16k_op15_test.json");
+}
+
+// Segmentation alone, from onnxruntime's probabilities: must reproduce Silero's timestamps.
+TEST(OnnxSileroVad, SegmentsFromReferenceProbsMatchSilero) {
+  POWER_REQUIRE_SHARED();
+  std::string dir = shared_dir() + "/models/audio/";
+  auto want = read_json(dir + "expected_probs_silero_vad_16k_op15_test.json");
+  std::vector<float> probs;
+  for (const auto& p : want["probs"]) probs.push_back(p.get<float>());
+  auto audio = load_audio(dir + "test.wav");
+  ASSERT_TRUE(audio.ok());
+  auto segs = speech_segments(probs, static_cast<int64_t>(audio->samples.size()), 16000);
+  auto ts = read_json(dir + "expected_onnx_speech_timestamps.json")["snapshots"][0];
+  ASSERT_EQ(ts["file"], "test.wav");
+  const auto& ref = ts["speech_timestamps"];
+  ASSERT_EQ(segs.size(), ref.size());
+  for (size_t i = 0; i < segs.size(); ++i) {
+    EXPECT_EQ(samples_to_seconds(segs[i].start, 16000), ref[i]["start"].get<double>()) << i;
+    EXPECT_EQ(samples_to_seconds(segs[i].end, 16000), ref[i]["end"].get<double>()) << i;
+  }
+}
+
+// End to end: our probabilities, our segmentation, Silero's timestamps.
+TEST(OnnxSileroVad, TestWavSegmentsMatchSilero) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  std::string dir = shared_dir() + "/models/audio/";
+  auto vad = SileroVad::load(power::testing::silero_model());
+  ASSERT_TRUE(vad.ok());
+  auto audio = load_audio(dir + "test.wav");
+  ASSERT_TRUE(audio.ok());
+  auto probs = vad->probabilities(audio->samples, 16000);
+  ASSERT_TRUE(probs.ok());
+  auto segs = speech_segments(*probs, static_cast<int64_t>(audio->samples.size()), 16000);
+  auto ts = read_json(dir + "expected_onnx_speech_timestamps.json");
+  const auto& ref = ts["snapshots"][0]["speech_timestamps"];
+  ASSERT_EQ(segs.size(), ref.size());
+  ASSERT_EQ(segs.size(), 19u);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    EXPECT_EQ(samples_to_seconds(segs[i].start, 16000), ref[i]["start"].get<double>()) << i;
+    EXPECT_EQ(samples_to_seconds(segs[i].end, 16000), ref[i]["end"].get<double>()) << i;
+  }
+}
+
+TEST(OnnxSileroVad, RejectsOtherSampleRatesAndGraphs) {
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  auto vad = SileroVad::load(power::testing::silero_model());
+  ASSERT_TRUE(vad.ok());
+  auto r = vad->probabilities(std::vector<float>(1000, 0.0f), 44100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("44100"), std::string::npos);
+  POWER_REQUIRE_SHARED();
+  auto mnist = SileroVad::load(shared_dir() + "/models/vision/mnist-8.onnx");
+  ASSERT_FALSE(mnist.ok());
+  EXPECT_NE(mnist.status().message().find("Silero"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace power::onnx
