@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "engine/sampler.h"
 #include "format/gguf.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
@@ -455,6 +457,114 @@ TEST(GrammarMask, RealVocabulary) {
   std::printf("mask over 32000 tokens inside a string: %.2f ms, %zu allowed\n", ms, n_allowed);
   EXPECT_GT(n_allowed, 20000u);
   EXPECT_FALSE(mask[static_cast<size_t>((*tok)->special().eos)]);
+}
+
+// ---- the sampler: grammar mask and logprobs ----
+
+TEST(SamplerGrammar, RandomLogitsWithMaskAlwaysGiveValidJson) {
+  auto trie = test_vocab();
+  const int64_t n_vocab = static_cast<int64_t>(trie->n_vocab());
+  // Every string, number and array is bounded, so each walk must end within the budget.
+  const json schema = json::parse(
+      R"({"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":6},
+          "kind":{"enum":["a","b",null]},"xs":{"type":"array","items":{"type":"boolean"},"maxItems":3},
+          "sub":{"type":"object","properties":{"v":{"type":"number"}},"required":["v"],"additionalProperties":false}},
+          "required":["id","kind"],"additionalProperties":false})");
+  auto g = compile_json_schema(schema);
+  ASSERT_TRUE(g.ok());
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    Sampler s(p, n_vocab);
+    s.set_grammar(*g, trie);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::string out;
+    bool ended = false;
+    for (int step = 0; step < 2000 && !ended; ++step) {
+      for (float& l : logits) l = normal(rng);
+      const int32_t t = s.sample(logits.data());
+      s.accept(t);
+      ASSERT_FALSE(s.grammar_failed()) << out;
+      if (t == trie->eog_tokens()[0]) {
+        ended = true;
+      } else {
+        out += trie->piece(t);
+      }
+    }
+    ASSERT_TRUE(ended) << "seed " << seed << ": " << out;
+    const json v = json::parse(out, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << "seed " << seed << ": " << out;
+    EXPECT_TRUE(validate(v, schema, schema)) << out;
+  }
+}
+
+TEST(SamplerLogprobs, LogSoftmaxAfterBiasBeforeTemperature) {
+  // logits 1, 2, 3, 0.5 with +3 on token 0 -> 4, 2, 3, 0.5; log Z = ln(e^4 + e^2 + e^3 + e^0.5).
+  SamplerParams p;
+  p.temperature = 0.0f;  // greedy: picks token 0
+  p.logit_bias = {{0, 3.0f}};
+  Sampler s(p, 4);
+  s.set_logprobs(3);
+  const float logits[4] = {1.0f, 2.0f, 3.0f, 0.5f};
+  const int32_t t = s.sample(logits);
+  s.accept(t);
+  ASSERT_EQ(t, 0);
+  const double log_z = std::log(std::exp(4.0) + std::exp(2.0) + std::exp(3.0) + std::exp(0.5));
+  auto recs = s.take_logprobs();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].chosen.token, 0);
+  EXPECT_NEAR(recs[0].chosen.logprob, 4.0 - log_z, 1e-5);
+  ASSERT_EQ(recs[0].top.size(), 3u);
+  EXPECT_EQ(recs[0].top[0].token, 0);
+  EXPECT_EQ(recs[0].top[1].token, 2);
+  EXPECT_EQ(recs[0].top[2].token, 1);
+  EXPECT_NEAR(recs[0].top[1].logprob, 3.0 - log_z, 1e-5);
+  EXPECT_NEAR(recs[0].top[2].logprob, 2.0 - log_z, 1e-5);
+  // Temperature does not change them: the same row at temperature 2 gives the same values.
+  SamplerParams q = p;
+  q.temperature = 2.0f;
+  Sampler s2(q, 4);
+  s2.set_logprobs(0);
+  const int32_t t2 = s2.sample(logits);
+  s2.accept(t2);
+  auto r2 = s2.take_logprobs();
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_TRUE(r2[0].top.empty());
+  const double expect2 = logits[t2] + (t2 == 0 ? 3.0 : 0.0) - log_z;
+  EXPECT_NEAR(r2[0].chosen.logprob, expect2, 1e-5);
+  // Prompt tokens (accept without sample) record nothing.
+  s2.accept(1);
+  EXPECT_TRUE(s2.take_logprobs().empty());
+}
+
+TEST(SamplerLogprobs, GrammarMaskRenormalizes) {
+  // Vocabulary: "{", "}", "x", EOG. At the start of a JSON object only "{" is allowed: its
+  // log-probability under the masked row is 0 whatever the logits.
+  std::vector<std::string> pieces = {"{", "}", "x", ""};
+  auto trie = std::make_shared<TokenTrie>(pieces, std::vector<int32_t>{3});
+  SamplerParams p;
+  p.temperature = 0.0f;
+  Sampler s(p, 4);
+  s.set_grammar(json_object_grammar(), trie);
+  s.set_logprobs(2);
+  const float logits[4] = {-1.0f, 5.0f, 7.0f, 9.0f};
+  EXPECT_EQ(s.sample(logits), 0);
+  s.accept(0);
+  auto recs = s.take_logprobs();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_NEAR(recs[0].chosen.logprob, 0.0, 1e-6);
+  ASSERT_EQ(recs[0].top.size(), 1u);  // banned tokens are not alternatives
+  EXPECT_EQ(s.sample(logits), 1);     // then "}" (the only byte that closes "{" here)
+  s.accept(1);
+  EXPECT_EQ(s.sample(logits), 3);  // complete: only EOG
+  s.accept(3);
+  EXPECT_FALSE(s.grammar_failed());
 }
 
 }  // namespace
