@@ -46,11 +46,47 @@ struct SamplingOptions {
 struct ChatMessage {
   std::string role;  // system, user, assistant, tool
   std::string content;
+  // Tool use (docs/STRUCTURED_OUTPUT.md): an assistant turn's calls as the OpenAI JSON array
+  // [{"id","type":"function","function":{"name","arguments"}}] ("" for none); a tool turn's
+  // tool_call_id and the tool's name.
+  std::string tool_calls_json;
+  std::string tool_call_id;
+  std::string name;
+};
+
+// Structured output (docs/STRUCTURED_OUTPUT.md): kJsonObject constrains the output to one
+// JSON object, kJsonSchema to one value valid against `schema_json` (a JSON Schema; an
+// unsupported keyword makes submit() fail with kInvalidArgument naming it).
+struct ResponseFormat {
+  enum class Type : uint8_t { kText, kJsonObject, kJsonSchema };
+  Type type = Type::kText;
+  std::string schema_json;
+};
+
+// One token's log-probability: log-softmax of the logits after logit bias, penalties and
+// the grammar mask, before temperature, top-k, top-p and min-p. `bytes` are the token's
+// bytes (may be part of a UTF-8 character).
+struct TokenLogprob {
+  int32_t token = -1;
+  std::string bytes;
+  float logprob = 0;
+};
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely, most likely first
+};
+
+// A tool call parsed from the output (arguments: JSON text of an object).
+struct ToolCall {
+  std::string id;  // "call_<n>" unless the model wrote one
+  std::string name;
+  std::string arguments_json;
 };
 
 struct StreamEvent {
-  int32_t token = -1;     // the committed token id; -1 for the final flush
-  std::string_view text;  // text that became final with it
+  int32_t token = -1;                       // the committed token id; -1 for the final flush
+  std::string_view text;                    // text that became final with it
+  const TokenLogprobs* logprobs = nullptr;  // this token's, when top_logprobs >= 0
 };
 
 enum class Finish : uint8_t { kStop, kLength, kCancelled, kError };
@@ -78,6 +114,11 @@ struct Completion {
   std::vector<int32_t> tokens;  // generated ids (a stop token or stop string's ids included)
   Usage usage;
   Timings timings;
+  std::vector<TokenLogprobs> logprobs;  // one per generated token when top_logprobs >= 0
+  // Calls parsed from the output when the request passed tools (and tool_choice is not
+  // "none"); `text` then holds only the content outside the calls, and OpenAI's finish_reason
+  // is "tool_calls". Streaming sends the raw text (the calls included) as it is generated.
+  std::vector<ToolCall> tool_calls;
 };
 
 struct GenerateRequest {
@@ -93,6 +134,12 @@ struct GenerateRequest {
   bool max_tokens_up_to_context = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+
+  // Structured output, logprobs and tools (docs/STRUCTURED_OUTPUT.md).
+  ResponseFormat response_format;
+  int32_t top_logprobs = -1;     // -1: no logprobs; 0..20: the chosen token's and N alternatives
+  std::string tools_json;        // OpenAI `tools` array as JSON text; "" for none
+  std::string tool_choice_json;  // "none" | "auto" | "required" | {"type":"function",...}; "": auto
 
   Priority priority = Priority::kNormal;
   int replica = -1;  // which session replica runs it; -1: the least loaded

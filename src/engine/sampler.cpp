@@ -48,6 +48,7 @@ Sampler::Sampler(const SamplerParams& params, int64_t n_vocab)
 }
 
 void Sampler::accept(int32_t token) {
+  if (sampled_) on_sampled(token);
   if (params_.penalty_last_n == 0) return;
   history_.push_back(token);
   while (static_cast<int32_t>(history_.size()) > params_.penalty_last_n) history_.pop_front();
@@ -69,6 +70,8 @@ int32_t Sampler::sample(const float* logits) {
       c = 0;
     }
   }
+  apply_grammar_mask();
+  sampled_ = true;
   if (params_.temperature == 0.0f) {
     int32_t best = 0;
     for (int64_t i = 1; i < n_vocab_; ++i) {

@@ -17,10 +17,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "engine/grammar.h"
 
 namespace power {
 
@@ -50,6 +52,29 @@ class Sampler {
   // Records a token of the sequence (prompt or generated) for the penalties.
   void accept(int32_t token);
 
+  // Structured output (engine/grammar.h): from now on every token the matcher refuses is
+  // banned (-inf) right after the bias and penalties, and accept() of a sampled token advances
+  // the matcher. Only sample() feeds it; distribution()/draw() (speculation) do not.
+  void set_grammar(std::shared_ptr<const grammar::Grammar> grammar,
+                   std::shared_ptr<const grammar::TokenTrie> trie);
+  // True once a sampled token was refused by the grammar (every token was banned).
+  bool grammar_failed() const { return grammar_failed_; }
+  const grammar::GrammarMatcher* grammar() const { return grammar_.get(); }
+  // Logprobs: top_n >= 0 records, at accept() of each sampled token, its log-probability and
+  // the top_n (<= 20) most likely tokens, from the log-softmax of the row after bias,
+  // penalties and grammar mask (before temperature and truncation). -1: off.
+  void set_logprobs(int top_n) { top_logprobs_ = top_n; }
+  struct TokenLogprob {
+    int32_t token = -1;
+    float logprob = 0;
+  };
+  struct SampledLogprobs {
+    TokenLogprob chosen;
+    std::vector<TokenLogprob> top;
+  };
+  // The records since the last call, oldest first.
+  std::vector<SampledLogprobs> take_logprobs() { return std::exchange(logprobs_, {}); }
+
   struct State {
     uint64_t rng = 0;
     std::deque<int32_t> history;
@@ -66,6 +91,18 @@ class Sampler {
   static float xorshift_f32(uint64_t* state);
 
  private:
+  // engine/sampler_constraint.cpp: the grammar mask (end of prepare) and the bookkeeping of a
+  // sampled token (start of accept).
+  void apply_grammar_mask();
+  void on_sampled(int32_t token);
+  std::unique_ptr<grammar::GrammarMatcher> grammar_;
+  std::shared_ptr<const grammar::TokenTrie> trie_;
+  std::vector<uint8_t> mask_;
+  bool sampled_ = false;  // prepare() ran since the last accept()
+  bool grammar_failed_ = false;
+  int top_logprobs_ = -1;
+  std::vector<SampledLogprobs> logprobs_;
+
   SamplerParams params_;
   int64_t n_vocab_;
   uint64_t rng_;

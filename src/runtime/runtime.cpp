@@ -29,6 +29,7 @@
 #include "models/model.h"
 #include "runtime/model_runner.h"
 #include "runtime/scheduler.h"
+#include "runtime/structured.h"
 #include "text/tokenizer.h"
 
 namespace power {
@@ -60,6 +61,7 @@ struct RequestState {
   Clock::time_point t_submit, t_admit, t_first;
   bool admitted = false, got_first = false, cancel_requested = false;
   std::weak_ptr<ModelSlot> slot;
+  runtime::StructuredState structured;  // response_format, logprobs, tools
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -114,6 +116,7 @@ void complete(RequestState& r, Finish finish, Status status) {
   c.finish = finish;
   c.status = std::move(status);
   c.usage.completion_tokens = static_cast<int64_t>(c.tokens.size());
+  runtime::finish_structured(r.structured, c);
   Timings& t = c.timings;
   if (r.admitted) t.queue_ms = ms_between(r.t_submit, r.t_admit);
   if (r.got_first) {
@@ -140,7 +143,12 @@ void complete(RequestState& r, Finish finish, Status status) {
 bool emit(RequestState& r, int32_t token, std::string_view text) {
   r.result.text.append(text);
   if (!r.req.on_stream) return true;
-  return r.req.on_stream(StreamEvent{token, text});
+  StreamEvent ev{token, text};
+  if (token >= 0 && r.req.top_logprobs >= 0 && !r.result.logprobs.empty() &&
+      r.result.logprobs.back().chosen.token == token) {
+    ev.logprobs = &r.result.logprobs.back();
+  }
+  return r.req.on_stream(ev);
 }
 
 // Flushes held text at the end of a request.
@@ -158,6 +166,13 @@ bool on_token(const text::Tokenizer& tok, RequestState& r, int32_t token) {
     r.t_first = Clock::now();
   }
   r.result.tokens.push_back(token);
+  runtime::collect_logprobs(tok, *r.sampler, token, r.result);
+  if (r.sampler->grammar_failed()) {
+    flush(r);
+    complete(r, Finish::kError,
+             Status(StatusCode::kInternal, "no token can continue the response_format grammar"));
+    return true;
+  }
   if (!r.req.ignore_eos && tok.is_eog(token)) {
     flush(r);
     complete(r, Finish::kStop, Status());
@@ -543,10 +558,7 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
   std::string text = req.prompt;
   bool add_bos = req.add_bos;
   if (!req.messages.empty()) {
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    for (const ChatMessage& msg : req.messages) {
-      messages.push_back({{"role", msg.role}, {"content", msg.content}});
-    }
+    POWER_ASSIGN_OR_RETURN(nlohmann::ordered_json messages, runtime::chat_messages_json(req));
     std::lock_guard<std::mutex> lk(m.mu);
     if (!m.chat) {
       POWER_ASSIGN_OR_RETURN(chat::ChatTemplate t, chat::ChatTemplate::from_gguf(*m.file));
@@ -554,6 +566,7 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
     }
     chat::ChatRenderOptions ro;
     ro.add_generation_prompt = true;
+    POWER_RETURN_IF_ERROR(runtime::add_tools(req, ro));
     POWER_ASSIGN_OR_RETURN(text, m.chat->render(messages, ro));
     // Templates that print the BOS token themselves must not get a second one.
     const text::Tokenizer& tok = *m.tokenizer;
@@ -624,6 +637,15 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   r->result.usage.prompt_tokens = n_prompt;
   r->sampler = std::make_unique<Sampler>(sp, m.info.n_vocab);
   for (int32_t t : prompt) r->sampler->accept(t);
+  {
+    const chat::ChatTemplate* chat_template = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(m.mu);
+      if (m.chat) chat_template = &*m.chat;
+    }
+    POWER_ASSIGN_OR_RETURN(
+        r->structured, runtime::setup_structured(r->req, m.tokenizer, chat_template, *r->sampler));
+  }
   text::StreamOptions so;
   so.at_sequence_start = prompt.size() == 1 && m.tokenizer->special().bos == prompt[0];
   r->detok = std::make_unique<text::StreamingDetokenizer>(*m.tokenizer, so);
