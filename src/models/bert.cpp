@@ -13,6 +13,8 @@ namespace power {
 namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
+// Rows of a quantized matrix decoded to f32 at a time (then multiplied by the float kernel).
+constexpr int64_t kWeightTileRows = 128;
 
 Result<int64_t> meta_int(const GgufFile& f, const std::string& key, bool required, int64_t def,
                          int64_t lo, int64_t hi) {
@@ -95,11 +97,13 @@ EncoderWorkspace::EncoderWorkspace(const BertHparams& hp, int64_t max_tokens, in
   v_ = rows(hp.n_embd);
   attn_ = rows(hp.n_embd);
   ff_ = rows(hp.n_ff);
+  wtile_.resize(static_cast<size_t>(kWeightTileRows * std::max(hp.n_embd, hp.n_ff)));
 }
 
 uint64_t EncoderWorkspace::planned_bytes(const BertHparams& hp, int64_t max_tokens, int n_threads) {
   const auto t = static_cast<uint64_t>(max_tokens);
-  const uint64_t floats = t * static_cast<uint64_t>(6 * hp.n_embd + hp.n_ff);
+  const uint64_t floats = t * static_cast<uint64_t>(6 * hp.n_embd + hp.n_ff) +
+                          static_cast<uint64_t>(kWeightTileRows * std::max(hp.n_embd, hp.n_ff));
   // Per-thread scratch: a decoded weight row, an attention span, a score row per thread.
   const uint64_t threads = static_cast<uint64_t>(std::max(n_threads, 1));
   const uint64_t scratch =
@@ -108,8 +112,8 @@ uint64_t EncoderWorkspace::planned_bytes(const BertHparams& hp, int64_t max_toke
 }
 
 uint64_t EncoderWorkspace::bytes() const {
-  const uint64_t floats =
-      x_.size() + h_.size() + q_.size() + k_.size() + v_.size() + attn_.size() + ff_.size();
+  const uint64_t floats = x_.size() + h_.size() + q_.size() + k_.size() + v_.size() + attn_.size() +
+                          ff_.size() + wtile_.size();
   return floats * sizeof(float) + cpu_.scratch_bytes();
 }
 
@@ -258,24 +262,29 @@ int64_t BertModel::output_rows(std::span<const std::span<const int32_t>> seqs,
 }
 
 // out[t] = W x[t] + bias. Float matrices: the kernels' float path (f32 activations). Quantized
-// matrices: each weight row is decoded to f32 once per call and dotted with every token's f32
-// activations; the per-(row, token) arithmetic does not depend on the number of tokens.
+// matrices: tiles of kWeightTileRows rows are decoded to f32 (in parallel) and multiplied with
+// the same float path, so activations are never quantized. In the float kernel the arithmetic
+// of one (row, token) dot product does not depend on the number of tokens or the tiling.
 void BertModel::linear(EncoderWorkspace& ws, const TensorView& w, const std::vector<float>& bias,
                        const float* in, float* out, int64_t n_tokens) const {
   const int64_t k = w.ne[0], rows = w.ne[1];
   if (is_float_type(w.type)) {
     matmul(ws.cpu_, w, in, k, n_tokens, out, rows);
   } else {
-    ws.cpu_.pool().parallel_for(
-        static_cast<size_t>(rows), [&](size_t begin, size_t end, int thread) {
-          float* buf = ws.cpu_.row_scratch(thread);
-          for (size_t r = begin; r < end; ++r) {
-            matrix_row_f32(w, static_cast<int64_t>(r), buf);
-            for (int64_t t = 0; t < n_tokens; ++t) {
-              out[t * rows + static_cast<int64_t>(r)] = dot_f32(buf, in + t * k, k);
-            }
-          }
-        });
+    float* tile = ws.wtile_.data();
+    for (int64_t r0 = 0; r0 < rows; r0 += kWeightTileRows) {
+      const int64_t n = std::min(kWeightTileRows, rows - r0);
+      ws.cpu_.pool().parallel_for(static_cast<size_t>(n), [&](size_t begin, size_t end, int) {
+        for (size_t r = begin; r < end; ++r) {
+          matrix_row_f32(w, r0 + static_cast<int64_t>(r), tile + static_cast<int64_t>(r) * k);
+        }
+      });
+      const int64_t shape[2] = {k, n};
+      auto view = TensorView::contiguous(GgmlType::F32, shape, tile,
+                                         static_cast<uint64_t>(n * k) * sizeof(float));
+      POWER_CHECK(view.ok());
+      matmul(ws.cpu_, *view, in, k, n_tokens, out + r0, rows);
+    }
   }
   if (!bias.empty()) {
     for (int64_t t = 0; t < n_tokens; ++t) add_inplace(out + t * rows, bias.data(), rows);

@@ -72,6 +72,7 @@ class EncoderWorkspace {
   CpuContext cpu_;
   int64_t max_tokens_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, ff_;
+  std::vector<float> wtile_;  // kWeightTileRows decoded rows of a quantized matrix
 };
 
 class BertModel {
