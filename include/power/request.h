@@ -43,6 +43,31 @@ struct SamplingOptions {
   uint64_t seed = 0;  // 0 is a fixed seed, not a random one
 };
 
+// Speculative decoding (docs/SPECULATIVE.md): a drafter proposes up to k tokens, the model
+// verifies them in one pass and only what it would have produced itself is committed
+// (greedy: token for token the plain output; sampling: the same distribution).
+// mode: off, auto (the draft model when one is loaded, else n-gram), ngram (prompt lookup
+// over prompt + output), draft (LoadOptions::draft_model), mtp (not implemented: an error).
+// A mode asked for by name that cannot run is an error, never a silent downgrade.
+struct SpeculativeOptions {
+  std::string mode = "off";
+  int k = 4;             // draft length 1..16 (the upper bound when adaptive)
+  int s = 1;             // rollback snapshots kept per sequence, 1..16
+  bool adaptive = true;  // draft length from the running acceptance rate
+};
+
+// Per request: drafted / accepted tokens, the target passes that verified drafts, every
+// target pass that produced tokens for it, and the ratios.
+struct SpeculativeUsage {
+  std::string mode = "off";  // the mode the request ran with
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  int64_t verify_passes = 0;
+  int64_t target_passes = 0;
+  double acceptance_rate = 0;  // accepted / drafted
+  double tokens_per_pass = 0;  // completion tokens / target passes
+};
+
 struct ChatMessage {
   std::string role;  // system, user, assistant, tool
   std::string content;
@@ -114,6 +139,7 @@ struct Completion {
   std::vector<int32_t> tokens;  // generated ids (a stop token or stop string's ids included)
   Usage usage;
   Timings timings;
+  SpeculativeUsage speculative;
   std::vector<TokenLogprobs> logprobs;  // one per generated token when top_logprobs >= 0
   // Calls parsed from the output when the request passed tools (and tool_choice is not
   // "none"); `text` then holds only the content outside the calls, and OpenAI's finish_reason
@@ -143,6 +169,8 @@ struct GenerateRequest {
 
   Priority priority = Priority::kNormal;
   int replica = -1;  // which session replica runs it; -1: the least loaded
+  // Speculative decoding for this request; unset: the model's LoadOptions::speculative.
+  std::optional<SpeculativeOptions> speculative;
   std::optional<std::chrono::steady_clock::time_point> deadline;
 
   std::function<bool(const StreamEvent&)> on_stream;

@@ -55,6 +55,11 @@ struct LoadOptions {
   // privileges). kInvalidArgument when the OS refuses.
   std::vector<int> cpu_cores;
   int nice = 0;
+  // Speculative decoding default for requests that do not set their own, and the draft
+  // model (a GGUF with the same vocabulary, checked here; loaded once, its KV pool sized
+  // like the target's) that modes draft and auto use. docs/SPECULATIVE.md.
+  SpeculativeOptions speculative;
+  std::string draft_model;
 };
 
 struct ModelInfo {
@@ -78,6 +83,9 @@ struct RuntimeStats {
   uint64_t reserved_bytes = 0, peak_reserved_bytes = 0, budget_bytes = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_blocks = 0;
   uint64_t steps = 0;
+  // Speculative decoding totals: tokens drafted and accepted, target passes that verified
+  // drafts and the tokens those passes committed (tokens per verify pass = ratio).
+  uint64_t spec_drafted = 0, spec_accepted = 0, spec_verify_passes = 0, spec_verify_tokens = 0;
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h

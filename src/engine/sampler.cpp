@@ -54,7 +54,7 @@ void Sampler::accept(int32_t token) {
   while (static_cast<int32_t>(history_.size()) > params_.penalty_last_n) history_.pop_front();
 }
 
-int32_t Sampler::sample(const float* logits) {
+void Sampler::prepare(const float* logits) {
   std::copy(logits, logits + n_vocab_, logits_.begin());
   for (const auto& [id, bias] : params_.logit_bias) logits_[static_cast<size_t>(id)] += bias;
   const bool penalize = params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
@@ -70,26 +70,29 @@ int32_t Sampler::sample(const float* logits) {
       c = 0;
     }
   }
-  apply_grammar_mask();
-  sampled_ = true;
-  if (params_.temperature == 0.0f) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < n_vocab_; ++i) {
-      if (logits_[static_cast<size_t>(i)] > logits_[static_cast<size_t>(best)]) {
-        best = static_cast<int32_t>(i);
-      }
+}
+
+int32_t Sampler::argmax() const {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n_vocab_; ++i) {
+    if (logits_[static_cast<size_t>(i)] > logits_[static_cast<size_t>(best)]) {
+      best = static_cast<int32_t>(i);
     }
-    return best;
   }
+  return best;
+}
+
+size_t Sampler::candidates(bool& sorted) {
+  sorted = false;
   // Temperature and softmax over every allowed token, summed in id order in float (as
   // llama2.c does, so seeded draws reproduce it), then sorted by probability (stable: ties
   // keep the lower id first) and cut to top-k.
   float max_logit = -INFINITY;
   for (int64_t i = 0; i < n_vocab_; ++i)
     max_logit = std::max(max_logit, logits_[static_cast<size_t>(i)]);
-  if (max_logit == -INFINITY) return 0;  // every token banned: nothing better than id 0
-  const float max = max_logit / params_.temperature;
   cand_.clear();
+  if (max_logit == -INFINITY) return 0;
+  const float max = max_logit / params_.temperature;
   float sum = 0.0f;
   for (int64_t i = 0; i < n_vocab_; ++i) {
     const float l = logits_[static_cast<size_t>(i)];
@@ -99,16 +102,8 @@ int32_t Sampler::sample(const float* logits) {
     sum += e;
   }
   for (auto& c : cand_) c.first /= sum;
-  if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
-    // Nothing truncated: llama2.c's sample_mult walks the distribution in id order.
-    const float r = xorshift_f32(&rng_);
-    float cdf = 0.0f;
-    for (const auto& c : cand_) {
-      cdf += c.first;
-      if (r < cdf) return c.second;
-    }
-    return cand_.back().second;
-  }
+  if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) return cand_.size();
+  sorted = true;
   std::stable_sort(cand_.begin(), cand_.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < cand_.size()) {
@@ -135,6 +130,27 @@ int32_t Sampler::sample(const float* logits) {
     while (n < keep && cand_[n].first >= floor) ++n;
     keep = n;
   }
+  return keep;
+}
+
+int32_t Sampler::sample(const float* logits) {
+  prepare(logits);
+  apply_grammar_mask();
+  sampled_ = true;
+  if (params_.temperature == 0.0f) return argmax();
+  bool sorted = false;
+  const size_t keep = candidates(sorted);
+  if (keep == 0) return 0;  // every token banned: nothing better than id 0
+  if (!sorted) {
+    // Nothing truncated: llama2.c's sample_mult walks the distribution in id order.
+    const float r = xorshift_f32(&rng_);
+    float cdf = 0.0f;
+    for (const auto& c : cand_) {
+      cdf += c.first;
+      if (r < cdf) return c.second;
+    }
+    return cand_.back().second;
+  }
   // The walk's scale: the kept mass (llama2.c: the cumulative probability at the cut).
   float total = 0.0f;
   for (size_t i = 0; i < keep; ++i) total += cand_[i].first;
@@ -145,6 +161,45 @@ int32_t Sampler::sample(const float* logits) {
     if (r < cdf) return cand_[i].second;
   }
   return cand_[keep - 1].second;
+}
+
+void Sampler::distribution(const float* logits, float* probs) {
+  std::fill(probs, probs + n_vocab_, 0.0f);
+  prepare(logits);
+  apply_grammar_mask();
+  sampled_ = true;  // the token accepted next is recorded against this row (as sample())
+  if (params_.temperature == 0.0f) {
+    probs[argmax()] = 1.0f;
+    return;
+  }
+  bool sorted = false;
+  const size_t keep = candidates(sorted);
+  if (keep == 0) {
+    probs[0] = 1.0f;  // as sample(): every token banned gives id 0
+    return;
+  }
+  float total = 0.0f;
+  for (size_t i = 0; i < keep; ++i) total += cand_[i].first;
+  for (size_t i = 0; i < keep; ++i) probs[cand_[i].second] = cand_[i].first / total;
+}
+
+int32_t Sampler::draw(const float* probs) {
+  double total = 0.0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < n_vocab_; ++i) {
+    if (probs[i] > 0.0f) {
+      total += probs[i];
+      last = static_cast<int32_t>(i);
+    }
+  }
+  const double r = static_cast<double>(xorshift_f32(&rng_)) * total;
+  double cdf = 0.0;
+  for (int64_t i = 0; i < n_vocab_; ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cdf += probs[i];
+    if (r < cdf) return static_cast<int32_t>(i);
+  }
+  return last;
 }
 
 }  // namespace power

@@ -51,6 +51,15 @@ class Sampler {
   int32_t sample(const float* logits);
   // Records a token of the sequence (prompt or generated) for the penalties.
   void accept(int32_t token);
+  // The distribution sample() draws from for this row, dense over the vocabulary (the whole
+  // chain applied; kept tokens renormalized, the rest 0; temperature 0: a point mass on the
+  // argmax). Speculative decoding compares these (p and q). Does not touch the RNG.
+  void distribution(const float* logits, float* probs);
+  // Draws a token from a dense distribution (need not sum to 1; walked in id order with the
+  // sampler's RNG). Returns the last token with mass when rounding runs past the end.
+  int32_t draw(const float* probs);
+  // A uniform draw in [0, 1) from the sampler's RNG (the acceptance test).
+  float uniform() { return xorshift_f32(&rng_); }
 
   // Structured output (engine/grammar.h): from now on every token the matcher refuses is
   // banned (-inf) right after the bias and penalties, and accept() of a sampled token advances
@@ -91,6 +100,13 @@ class Sampler {
   static float xorshift_f32(uint64_t* state);
 
  private:
+  // Copies the row into logits_ and applies the logit bias and the penalties.
+  void prepare(const float* logits);
+  int32_t argmax() const;  // over logits_, ties to the lowest id
+  // Softmax (after temperature) into cand_, then top-k / top-p / min-p; returns the number
+  // of kept candidates and sets `sorted` (false: cand_ is in id order, nothing truncated).
+  // 0 when every token is banned.
+  size_t candidates(bool& sorted);
   // engine/sampler_constraint.cpp: the grammar mask (end of prepare) and the bookkeeping of a
   // sampled token (start of accept).
   void apply_grammar_mask();

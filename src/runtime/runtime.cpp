@@ -29,6 +29,7 @@
 #include "models/model.h"
 #include "runtime/model_runner.h"
 #include "runtime/scheduler.h"
+#include "runtime/speculative_step.h"
 #include "runtime/structured.h"
 #include "text/tokenizer.h"
 
@@ -61,6 +62,9 @@ struct RequestState {
   Clock::time_point t_submit, t_admit, t_first;
   bool admitted = false, got_first = false, cancel_requested = false;
   std::weak_ptr<ModelSlot> slot;
+  // Speculative decoding state (null: plain decoding); freed on the worker when the
+  // request ends (its draft KV lives in the replica's pool).
+  std::unique_ptr<runtime::SpecSequence> spec;
   runtime::StructuredState structured;  // response_format, logprobs, tools
 
   mutable std::mutex mu;
@@ -78,6 +82,13 @@ struct ModelSlot {
   std::unique_ptr<runtime::Scheduler> sched;  // after kv: destroyed before it
   std::unique_ptr<runtime::ModelRunner> runner;
   std::optional<chat::ChatTemplate> chat;
+  // Speculative decoding: the load's default, the draft model (shared by the replicas) and
+  // this replica's draft workspace and KV pool; counters guarded by mu.
+  spec::Config spec_default;
+  std::shared_ptr<const Model> draft_model;
+  std::unique_ptr<Workspace> draft_ws;
+  std::unique_ptr<KvCache> draft_kv;
+  runtime::SpecCounters spec_totals;
 
   std::mutex mu;  // guards sched, requests, chat, stopping, steps
   std::condition_variable cv;
@@ -116,6 +127,7 @@ void complete(RequestState& r, Finish finish, Status status) {
   c.finish = finish;
   c.status = std::move(status);
   c.usage.completion_tokens = static_cast<int64_t>(c.tokens.size());
+  runtime::finish_usage(c.speculative, c.usage.completion_tokens);
   runtime::finish_structured(r.structured, c);
   Timings& t = c.timings;
   if (r.admitted) t.queue_ms = ms_between(r.t_submit, r.t_admit);
@@ -245,7 +257,11 @@ void ModelSlot::run_worker() {
     lk.lock();
     for (uint64_t id : ended) {
       sched->finish(id);
-      requests.erase(id);
+      auto it = requests.find(id);
+      if (it != requests.end()) {
+        it->second->spec.reset();  // its draft KV goes back to this replica's pool
+        requests.erase(it);
+      }
     }
   };
   while (!stopping) {
@@ -267,16 +283,26 @@ void ModelSlot::run_worker() {
       continue;
     }
     std::vector<int32_t> next(plan.items.size(), -1);
-    Status st = runner->run(plan.items, next);
+    std::vector<int32_t> accepted(plan.items.size(), 0);
+    Status st = runner->run_speculative(plan.items, next, accepted);
     lk.lock();
     ++steps;
-    collect(sched->commit(plan, next, st));
+    for (const runtime::BatchItem& it : plan.items) {
+      auto r = requests.find(it.id);
+      if (it.wants_token && st.ok() && r != requests.end()) {
+        ++r->second->result.speculative.target_passes;
+      }
+    }
+    collect(sched->commit(plan, next, st, accepted));
     lk.unlock();
     process();
   }
   // Shutting down: end whatever is left.
   std::vector<std::shared_ptr<RequestState>> left;
-  for (auto& [id, r] : requests) left.push_back(r);
+  for (auto& [id, r] : requests) {
+    r->spec.reset();
+    left.push_back(r);
+  }
   requests.clear();
   lk.unlock();
   for (auto& r : left) {
@@ -310,6 +336,10 @@ RuntimeStats ModelHandle::stats() const {
     s.kv_blocks_used += slot->kv->blocks_used();
     s.prefix_cache_blocks += static_cast<int64_t>(slot->sched->prefix_cache().entries());
     s.steps += slot->steps;
+    s.spec_drafted += slot->spec_totals.drafted;
+    s.spec_accepted += slot->spec_totals.accepted;
+    s.spec_verify_passes += slot->spec_totals.verify_passes;
+    s.spec_verify_tokens += slot->spec_totals.verify_tokens;
   }
   return s;
 }
@@ -401,6 +431,14 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
         st = ws.status();
       }
     }
+    if (st.ok() && raw->draft_model) {  // speculative decoding's draft model
+      auto dws = raw->draft_model->make_workspace(ws_tokens, n_ctx, o.threads);
+      if (dws.ok()) {
+        raw->draft_ws = std::move(*dws);
+      } else {
+        st = dws.status();
+      }
+    }
     const bool ok = st.ok();
     ready.set_value(std::move(st));
     if (ok) raw->run_worker();
@@ -417,7 +455,13 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   info.threads = slot.ws->cpu.n_threads();
   const uint64_t available =
       budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
-  const uint64_t fixed = fixed_extra + info.scratch_bytes;
+  uint64_t fixed = fixed_extra + info.scratch_bytes;
+  KvCacheConfig draft_kc;
+  if (slot.draft_model) {  // the draft workspace and a draft KV pool for max_running contexts
+    draft_kc = slot.draft_model->kv_config(n_ctx, o.max_running, kv_type);
+    POWER_ASSIGN_OR_RETURN(uint64_t draft_kv_bytes, KvCache::planned_bytes(draft_kc));
+    fixed += slot.draft_ws->bytes() + draft_kv_bytes;
+  }
   const uint64_t one_context = static_cast<uint64_t>(ctx_blocks) * block_bytes;
   if (fixed + one_context > available) {
     return Status(StatusCode::kDoesNotFit,
@@ -432,6 +476,9 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
       ctx_blocks * o.max_running, static_cast<int64_t>((available - fixed) / block_bytes));
   kc.n_blocks = static_cast<int>(pool_blocks);
   POWER_ASSIGN_OR_RETURN(slot.kv, KvCache::create(kc));
+  if (slot.draft_model) {
+    POWER_ASSIGN_OR_RETURN(slot.draft_kv, KvCache::create(draft_kc));
+  }
   info.kv_blocks = pool_blocks;
   info.kv_cache_bytes = slot.kv->bytes_total();
   // Requests reserve KV blocks of this pool and shares of this workspace, nothing else.
@@ -492,6 +539,29 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     POWER_LOG_WARN("context {} exceeds the model's training context {}", n_ctx, hp.n_ctx_train);
   }
 
+  POWER_ASSIGN_OR_RETURN(spec::Config spec_default, runtime::to_spec_config(o.speculative));
+  std::shared_ptr<const Model> draft_model;
+  uint64_t draft_weights = 0;
+  if (!o.draft_model.empty()) {
+    POWER_ASSIGN_OR_RETURN(auto draft_file_owned, GgufFile::open(o.draft_model));
+    std::shared_ptr<const GgufFile> draft_file(std::move(draft_file_owned));
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> draft_tok,
+                           text::Tokenizer::from_gguf(*draft_file));
+    Status same = spec::check_same_vocabulary(*tokenizer, *draft_tok);
+    if (!same.ok()) return same.with("draft_model", o.draft_model);
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> dm, load_model(draft_file));
+    if (dm->hparams().n_vocab != hp.n_vocab) {
+      return Status(StatusCode::kInvalidArgument,
+                    "the draft model's output width differs from the target's vocabulary")
+          .with("target_n_vocab", hp.n_vocab)
+          .with("draft_n_vocab", dm->hparams().n_vocab);
+    }
+    draft_model = std::move(dm);
+    draft_weights = draft_file->file_size();
+  }
+  POWER_RETURN_IF_ERROR(
+      runtime::resolve_mode(spec_default.mode, draft_model != nullptr, *file).status());
+
   std::lock_guard<std::mutex> load_lock(load_mu_);
   const uint64_t committed_before = committed_bytes_;
   ModelHandle h;
@@ -510,7 +580,10 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_ctx = n_ctx;
     info.weights_bytes = file->file_size();
     info.replicas = o.replicas;
-    Status st = start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes : 0);
+    slot->spec_default = spec_default;
+    slot->draft_model = draft_model;
+    Status st =
+        start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes + draft_weights : 0);
     if (!st.ok()) {
       committed_bytes_ = committed_before;  // the replicas made so far go with `h`
       return st.with("replica", r);
@@ -619,6 +692,12 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   POWER_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(m, request));
   SamplerParams sp = to_sampler_params(request.sampling);
   POWER_RETURN_IF_ERROR(sp.validate(m.info.n_vocab));
+  spec::Config spec_cfg = m.spec_default;
+  if (request.speculative) {
+    POWER_ASSIGN_OR_RETURN(spec_cfg, runtime::to_spec_config(*request.speculative));
+  }
+  POWER_ASSIGN_OR_RETURN(spec::Mode spec_mode,
+                         runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, *m.file));
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   int64_t max_new = request.max_tokens;
   if (max_new < 0 || (request.max_tokens_up_to_context && n_prompt + max_new > m.info.n_ctx)) {
@@ -649,6 +728,18 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   text::StreamOptions so;
   so.at_sequence_start = prompt.size() == 1 && m.tokenizer->special().bos == prompt[0];
   r->detok = std::make_unique<text::StreamingDetokenizer>(*m.tokenizer, so);
+  r->result.speculative.mode = std::string(spec::mode_name(spec_mode));
+  if (spec_mode != spec::Mode::kOff && max_new > 1 && !r->structured.active) {
+    std::unique_ptr<spec::DraftModelDrafter> drafter;
+    if (spec_mode == spec::Mode::kDraft) {
+      SamplerParams dp = sp;
+      dp.seed = sp.seed ^ 0xD1B54A32D192ED03ull;  // its own stream (any seed is exact)
+      drafter = std::make_unique<spec::DraftModelDrafter>(*m.draft_model, *m.draft_ws,
+                                                          m.draft_kv.get(), dp);
+    }
+    r->spec = std::make_unique<runtime::SpecSequence>(spec_cfg, std::move(drafter),
+                                                      &r->result.speculative, &m.spec_totals);
+  }
   RequestHandle h;
   h.state_ = r;
   if (max_new == 0) {  // nothing to generate
@@ -664,6 +755,7 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   sr.priority = static_cast<int>(r->req.priority);
   sr.deadline = r->req.deadline;
   sr.runner_state = r->sampler.get();
+  sr.drafter = r->spec.get();
   {
     std::lock_guard<std::mutex> lk(m.mu);
     if (m.stopping) return Status(StatusCode::kCancelled, "the runtime is shutting down");

@@ -6,6 +6,10 @@
 
 namespace power::runtime {
 
+namespace {
+constexpr int64_t kMaxDraftTokens = 16;  // spec::kMaxDraft (the scheduler links no engine)
+}  // namespace
+
 struct Scheduler::Seq {
   SeqRequest req;
   std::vector<int32_t> tokens;  // prompt, then generated
@@ -19,6 +23,7 @@ struct Scheduler::Seq {
   bool cancelled = false;
   bool admitted_before = false;
   bool prefix_cached = false;  // the prompt's blocks were offered to the prefix cache
+  std::vector<int32_t> verify;  // speculative verify chunk: last token, then the drafts
   int64_t num_target() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_generated() const { return num_target() - n_prompt; }
 };
@@ -240,7 +245,7 @@ StepPlan Scheduler::plan(Clock::time_point now) {
   }
   // 4. One batch: decode tokens first, then prompt chunks, under the token budget.
   int64_t budget = cfg_.step_token_budget;
-  auto add_item = [&](Seq& s, int64_t n) {
+  auto add_item = [&](Seq& s, int64_t n, int n_draft = 0) {
     if (!ensure_blocks(*s.kv, s.num_computed + n)) {
       // Cannot happen while reservations hold; fail the sequence rather than the process.
       s.cancelled = true;
@@ -249,15 +254,36 @@ StepPlan Scheduler::plan(Clock::time_point now) {
     BatchItem it;
     it.id = s.req.id;
     it.kv = s.kv.get();
-    it.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.num_computed),
-                                                           static_cast<size_t>(n));
-    it.wants_token = s.num_computed + n == s.num_target();
+    if (n_draft > 0) {
+      it.tokens = s.verify;
+      it.n_draft = n_draft;
+      it.drafter = s.req.drafter;
+    } else {
+      it.tokens = std::span<const int32_t>(s.tokens).subspan(
+          static_cast<size_t>(s.num_computed), static_cast<size_t>(n));
+    }
+    it.wants_token = s.num_computed + n == s.num_target() + n_draft;
     it.runner_state = s.req.runner_state;
     plan.items.push_back(it);
     budget -= n;
   };
+  // Drafts use what the budget leaves once every decoding sequence has its token.
+  int64_t spare = budget;
   for (auto& s : running_) {
-    if (budget > 0 && s->num_target() - s->num_computed == 1) add_item(*s, 1);
+    if (s->num_target() - s->num_computed == 1) --spare;
+  }
+  for (auto& s : running_) {
+    if (budget <= 0 || s->num_target() - s->num_computed != 1) continue;
+    int n_draft = 0;
+    const int64_t room = s->req.max_new_tokens - s->n_generated() - 1;
+    if (s->req.drafter != nullptr && spare > 0 && room > 0 && !s->cancelled) {
+      const int cap = static_cast<int>(std::min<int64_t>({room, spare, kMaxDraftTokens}));
+      s->verify.assign(1, s->tokens.back());
+      n_draft = std::clamp(s->req.drafter->draft(s->tokens, cap, s->verify), 0, cap);
+      s->verify.resize(1 + static_cast<size_t>(n_draft));
+      spare -= n_draft;
+    }
+    add_item(*s, 1 + n_draft, n_draft);
   }
   for (auto& s : running_) {
     const int64_t left = s->num_target() - s->num_computed;
@@ -267,7 +293,8 @@ StepPlan Scheduler::plan(Clock::time_point now) {
 }
 
 std::vector<SeqEvent> Scheduler::commit(const StepPlan& plan, std::span<const int32_t> next_tokens,
-                                        const Status& run_status) {
+                                        const Status& run_status,
+                                        std::span<const int32_t> accepted) {
   std::vector<SeqEvent> events;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const BatchItem& it = plan.items[i];
@@ -285,17 +312,42 @@ std::vector<SeqEvent> Scheduler::commit(const StepPlan& plan, std::span<const in
                                   [&](const auto& p) { return p.get() == s; }));
       continue;
     }
-    s->num_computed += static_cast<int64_t>(it.tokens.size());
+    int n_accepted = 0;
+    if (it.n_draft > 0) {
+      n_accepted = i < accepted.size() ? accepted[i] : 0;
+      POWER_CHECK(n_accepted >= 0 && n_accepted <= it.n_draft);
+      // Rollback: keep the last committed token and the accepted drafts' keys/values.
+      const int64_t keep = s->num_computed + 1 + n_accepted;
+      Status st = s->kv->truncate(static_cast<int>(keep));
+      if (!st.ok()) {
+        release(*s);
+        e.kind = SeqEvent::Kind::kFinished;
+        e.end = SeqEnd::kFailed;
+        e.status = std::move(st);
+        events.push_back(std::move(e));
+        running_.erase(std::find_if(running_.begin(), running_.end(),
+                                    [&](const auto& p) { return p.get() == s; }));
+        continue;
+      }
+      s->num_computed = keep;
+      if (it.drafter != nullptr) it.drafter->verified(it.n_draft, n_accepted);
+    } else {
+      s->num_computed += static_cast<int64_t>(it.tokens.size());
+    }
     POWER_CHECK(s->kv->n_tokens() == s->num_computed);
     if (!it.wants_token || s->cancelled) continue;
     if (cfg_.prefix_reuse && !s->prefix_cached) {
-      prefix_.insert(s->tokens, s->num_computed, s->kv->blocks());
+      prefix_.insert(s->tokens, s->num_computed - n_accepted, s->kv->blocks());
       s->prefix_cached = true;
     }
-    s->tokens.push_back(next_tokens[i]);
-    e.kind = SeqEvent::Kind::kToken;
-    e.token = next_tokens[i];
-    events.push_back(e);
+    // The accepted drafts, then the runner's token.
+    for (int j = 0; j <= n_accepted; ++j) {
+      const int32_t t = j < n_accepted ? it.tokens[1 + static_cast<size_t>(j)] : next_tokens[i];
+      s->tokens.push_back(t);
+      e.kind = SeqEvent::Kind::kToken;
+      e.token = t;
+      events.push_back(e);
+    }
     if (s->n_generated() >= s->req.max_new_tokens) {
       release(*s);
       e.kind = SeqEvent::Kind::kFinished;
@@ -328,11 +380,23 @@ void Scheduler::finish(SeqId id) {
 std::vector<SeqEvent> Scheduler::step(Clock::time_point now, StepRunner& runner) {
   StepPlan p = plan(now);
   std::vector<int32_t> next(p.items.size(), -1);
+  std::vector<int32_t> accepted(p.items.size(), 0);
   Status st;
-  if (!p.items.empty()) st = runner.run(p.items, next);
+  if (!p.items.empty()) st = runner.run_speculative(p.items, next, accepted);
   std::vector<SeqEvent> events = std::move(p.events);
-  for (SeqEvent& e : commit(p, next, st)) events.push_back(std::move(e));
+  for (SeqEvent& e : commit(p, next, st, accepted)) events.push_back(std::move(e));
   return events;
+}
+
+Status StepRunner::run_speculative(std::span<const BatchItem> items,
+                                   std::span<int32_t> next_tokens, std::span<int32_t> accepted) {
+  for (const BatchItem& it : items) {
+    if (it.n_draft > 0) {
+      return Status(StatusCode::kUnsupported, "this runner cannot verify draft tokens");
+    }
+  }
+  std::fill(accepted.begin(), accepted.end(), 0);
+  return run(items, next_tokens);
 }
 
 }  // namespace power::runtime

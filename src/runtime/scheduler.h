@@ -13,6 +13,13 @@
 //  - commit() advances num_computed, appends the sampled tokens and ends sequences that
 //    reached max_new_tokens.
 //  - finish() ends a sequence the caller stopped (end-of-generation token, stop string).
+// Speculative decoding: a sequence with a DraftSource gets, in place of its one decode token,
+// a verify chunk [last token, drafts...] (BatchItem::n_draft > 0; drafts are capped by the
+// step budget, left after every decode sequence has its token, and by max_new_tokens - 1 so
+// the reservation always covers them). The runner reports how many drafts it accepted;
+// commit() then truncates the KV to the committed positions (the rollback), appends the
+// accepted drafts and the runner's token, and emits one kToken event for each. Sequences
+// with and without drafts share one step.
 // The runner does the math (StepRunner; a model, or a fake in tests) and only sees BatchItems.
 // Memory: each running sequence holds a reservation (MemoryPlan) for prompt + max new tokens;
 // reservations never exceed the limits, so KV blocks can always be found (idle prefix-cache
@@ -47,6 +54,21 @@ struct SchedulerConfig {
   size_t prefix_cache_max_entries = 1 << 16;
 };
 
+// Proposes draft tokens for one sequence (speculative decoding); the runtime's implementation
+// holds the sequence's drafter and its draft length. Called by plan() and commit().
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // Appends up to max_k (>= 1) tokens likely to follow `tokens` (the committed tokens:
+  // prompt, then generated) to `out` and returns how many (0: decode plainly this step).
+  virtual int draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) = 0;
+  // The target pass verified `drafted` tokens and committed the first `accepted`.
+  virtual void verified(int drafted, int accepted) = 0;
+  // The distributions the last drafts were drawn from (one n_vocab row per draft), or empty
+  // for a deterministic drafter (point masses) and for greedy requests.
+  virtual std::span<const float> draft_probs() const { return {}; }
+};
+
 struct SeqRequest {
   SeqId id = 0;
   std::vector<int32_t> prompt;
@@ -54,6 +76,7 @@ struct SeqRequest {
   int priority = 1;                           // 0 high, 1 normal, 2 low
   std::optional<Clock::time_point> deadline;  // latest time it may still be waiting
   void* runner_state = nullptr;               // handed to the runner (e.g. its sampler)
+  DraftSource* drafter = nullptr;             // speculative decoding; null: plain decoding
 };
 
 struct BatchItem {
@@ -62,6 +85,10 @@ struct BatchItem {
   std::span<const int32_t> tokens;  // appended at kv->n_tokens()
   bool wants_token = false;         // the chunk ends the known tokens: sample the next one
   void* runner_state = nullptr;
+  // Speculative verify chunk: the last n_draft tokens are drafts (then wants_token is set and
+  // the runner needs the logits of every position).
+  int n_draft = 0;
+  DraftSource* drafter = nullptr;
 };
 
 class StepRunner {
@@ -70,6 +97,11 @@ class StepRunner {
   // One forward pass over all items; next_tokens[i] = the token sampled for item i when
   // items[i].wants_token. Must append the items' tokens to their KvSequence.
   virtual Status run(std::span<const BatchItem> items, std::span<int32_t> next_tokens) = 0;
+  // As run(), for batches that may hold verify chunks: accepted[i] = how many of item i's
+  // n_draft drafts the target accepted, next_tokens[i] the token it adds after them. The
+  // default serves runners without speculation (kUnimplemented if any item has drafts).
+  virtual Status run_speculative(std::span<const BatchItem> items,
+                                 std::span<int32_t> next_tokens, std::span<int32_t> accepted);
 };
 
 enum class SeqEnd { kLength, kCancelled, kRejected, kFailed };
@@ -103,8 +135,9 @@ class Scheduler {
   // Marks a sequence cancelled; plan() ends it and frees its memory. Unknown ids are ignored.
   void cancel(SeqId id);
   StepPlan plan(Clock::time_point now);
+  // accepted[i]: drafts of item i the runner accepted (empty: none had drafts).
   std::vector<SeqEvent> commit(const StepPlan& plan, std::span<const int32_t> next_tokens,
-                               const Status& run_status);
+                               const Status& run_status, std::span<const int32_t> accepted = {});
   // Ends a sequence now (the caller saw a stop condition) and frees its memory.
   void finish(SeqId id);
   // plan() + run + commit() in one call (tests and simple drivers).

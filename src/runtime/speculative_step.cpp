@@ -1,0 +1,95 @@
+#include "runtime/speculative_step.h"
+
+#include <algorithm>
+#include <string>
+
+namespace power::runtime {
+
+Result<spec::Config> to_spec_config(const SpeculativeOptions& o) {
+  spec::Config c;
+  POWER_ASSIGN_OR_RETURN(c.mode, spec::parse_mode(o.mode));
+  c.k = o.k;
+  c.s = o.s;
+  c.adaptive = o.adaptive;
+  POWER_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+void finish_usage(SpeculativeUsage& u, int64_t completion_tokens) {
+  u.acceptance_rate = u.drafted > 0 ? static_cast<double>(u.accepted) / u.drafted : 0.0;
+  u.tokens_per_pass =
+      u.target_passes > 0 ? static_cast<double>(completion_tokens) / u.target_passes : 0.0;
+}
+
+Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const GgufFile& target) {
+  switch (asked) {
+    case spec::Mode::kOff:
+    case spec::Mode::kNgram:
+      return asked;
+    case spec::Mode::kAuto:
+      return have_draft_model ? spec::Mode::kDraft : spec::Mode::kNgram;
+    case spec::Mode::kDraft:
+      if (!have_draft_model) {
+        return Status(StatusCode::kInvalidArgument,
+                      "speculative mode 'draft' needs a draft model loaded with the target "
+                      "(LoadOptions::draft_model, --draft-model FILE)");
+      }
+      return asked;
+    case spec::Mode::kMtp: {
+      auto arch_r = target.get_string("general.architecture");
+      const std::string arch = arch_r.ok() ? *arch_r : std::string();
+      const std::string key = arch + ".nextn_predict_layers";
+      auto layers = target.get_u64(key);
+      if (!layers.ok() || *layers == 0) {
+        return Status(StatusCode::kInvalidArgument,
+                      "speculative mode 'mtp' needs a model with MTP heads")
+            .with("missing_key", key);
+      }
+      return Status(StatusCode::kUnsupported,
+                    "speculative mode 'mtp': the model has MTP layers but Power does not run "
+                    "them yet; use ngram or draft")
+          .with(key, *layers);
+    }
+  }
+  return Status(StatusCode::kInvalidArgument, "unknown speculative mode");
+}
+
+SpecSequence::SpecSequence(const spec::Config& config,
+                           std::unique_ptr<spec::DraftModelDrafter> draft, SpeculativeUsage* usage,
+                           SpecCounters* totals)
+    : cfg_(config),
+      ngram_(config.ngram_min, config.ngram_max),
+      model_(std::move(draft)),
+      k_(config.k, config.adaptive),
+      usage_(usage),
+      totals_(totals) {}
+
+int SpecSequence::draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) {
+  const int k = std::min(max_k, k_.next());
+  if (k <= 0) return 0;
+  if (!model_) return ngram_.draft(tokens, k, out);
+  if (!error_.ok()) return 0;
+  Result<int> n = model_->draft(tokens, k, out);
+  if (!n.ok()) {
+    error_ = n.status();  // plain decoding from here on; the target's output is unaffected
+    return 0;
+  }
+  return *n;
+}
+
+void SpecSequence::verified(int drafted, int accepted) {
+  k_.update(drafted, accepted);
+  usage_->drafted += drafted;
+  usage_->accepted += accepted;
+  ++usage_->verify_passes;
+  totals_->drafted += static_cast<uint64_t>(drafted);
+  totals_->accepted += static_cast<uint64_t>(accepted);
+  ++totals_->verify_passes;
+  totals_->verify_tokens += static_cast<uint64_t>(accepted) + 1;
+}
+
+std::span<const float> SpecSequence::draft_probs() const {
+  return model_ ? model_->q() : std::span<const float>();
+}
+
+}  // namespace power::runtime

@@ -1,0 +1,68 @@
+// The runtime side of speculative decoding: choosing a request's drafter and its per-sequence
+// state (a runtime::DraftSource the scheduler asks for drafts).
+//
+// resolve_mode() applies the rules: `off` speculates not at all; `ngram` always works (prompt
+// lookup needs no weights); `draft` needs a draft model loaded with the target
+// (LoadOptions::draft_model); `mtp` needs `<arch>.nextn_predict_layers` in the GGUF and is
+// not implemented yet (kUnsupported when the file has MTP layers, kInvalidArgument when it
+// has none); `auto` picks the draft model when one is loaded, else n-gram. A mode that was
+// asked for by name and is unavailable is an error, never a silent downgrade.
+// SpecSequence drafts with its drafter for at most the adaptive k (AdaptiveK) tokens and
+// counts drafted / accepted / verify passes for the request and the replica.
+// Thread-safety: used on the replica's worker thread (scheduler plan/commit and the runner);
+// the replica counters are updated under the replica's mutex (commit runs under it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/speculative.h"
+#include "engine/speculative_draft.h"
+#include "format/gguf.h"
+#include "power/request.h"
+#include "runtime/scheduler.h"
+
+namespace power::runtime {
+
+// Totals of a replica (RuntimeStats).
+struct SpecCounters {
+  uint64_t drafted = 0;
+  uint64_t accepted = 0;
+  uint64_t verify_passes = 0;  // target passes that verified drafts
+  uint64_t verify_tokens = 0;  // tokens those passes committed (accepted + 1 each)
+};
+
+// spec::Config from the public options (validated).
+Result<spec::Config> to_spec_config(const SpeculativeOptions& options);
+// Fills the ratios of a finished request's usage.
+void finish_usage(SpeculativeUsage& usage, int64_t completion_tokens);
+// The mode a request runs with (kOff, kNgram or kDraft), or why the asked mode cannot run.
+Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const GgufFile& target);
+
+class SpecSequence : public DraftSource {
+ public:
+  // `draft` is null for the n-gram drafter. `usage` (the request's) and `totals` (the
+  // replica's) are updated on every verified pass.
+  SpecSequence(const spec::Config& config, std::unique_ptr<spec::DraftModelDrafter> draft,
+               SpeculativeUsage* usage, SpecCounters* totals);
+  int draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) override;
+  void verified(int drafted, int accepted) override;
+  std::span<const float> draft_probs() const override;
+  int current_k() const { return k_.next(); }
+  // The draft model's error, if one happened (drafting then stops for this sequence).
+  const Status& error() const { return error_; }
+
+ private:
+  spec::Config cfg_;
+  spec::NgramDrafter ngram_;
+  std::unique_ptr<spec::DraftModelDrafter> model_;
+  spec::AdaptiveK k_;
+  SpeculativeUsage* usage_;
+  SpecCounters* totals_;
+  Status error_;
+};
+
+}  // namespace power::runtime
