@@ -582,8 +582,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.replicas = o.replicas;
     slot->spec_default = spec_default;
     slot->draft_model = draft_model;
-    Status st =
-        start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes + draft_weights : 0);
+    Status st = start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes + draft_weights : 0);
     if (!st.ok()) {
       committed_bytes_ = committed_before;  // the replicas made so far go with `h`
       return st.with("replica", r);

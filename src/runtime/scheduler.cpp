@@ -22,7 +22,7 @@ struct Scheduler::Seq {
   std::unique_ptr<KvSequence> kv;
   bool cancelled = false;
   bool admitted_before = false;
-  bool prefix_cached = false;  // the prompt's blocks were offered to the prefix cache
+  bool prefix_cached = false;   // the prompt's blocks were offered to the prefix cache
   std::vector<int32_t> verify;  // speculative verify chunk: last token, then the drafts
   int64_t num_target() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_generated() const { return num_target() - n_prompt; }
@@ -259,8 +259,8 @@ StepPlan Scheduler::plan(Clock::time_point now) {
       it.n_draft = n_draft;
       it.drafter = s.req.drafter;
     } else {
-      it.tokens = std::span<const int32_t>(s.tokens).subspan(
-          static_cast<size_t>(s.num_computed), static_cast<size_t>(n));
+      it.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.num_computed),
+                                                             static_cast<size_t>(n));
     }
     it.wants_token = s.num_computed + n == s.num_target() + n_draft;
     it.runner_state = s.req.runner_state;
@@ -388,8 +388,8 @@ std::vector<SeqEvent> Scheduler::step(Clock::time_point now, StepRunner& runner)
   return events;
 }
 
-Status StepRunner::run_speculative(std::span<const BatchItem> items,
-                                   std::span<int32_t> next_tokens, std::span<int32_t> accepted) {
+Status StepRunner::run_speculative(std::span<const BatchItem> items, std::span<int32_t> next_tokens,
+                                   std::span<int32_t> accepted) {
   for (const BatchItem& it : items) {
     if (it.n_draft > 0) {
       return Status(StatusCode::kUnsupported, "this runner cannot verify draft tokens");

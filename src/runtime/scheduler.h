@@ -100,8 +100,8 @@ class StepRunner {
   // As run(), for batches that may hold verify chunks: accepted[i] = how many of item i's
   // n_draft drafts the target accepted, next_tokens[i] the token it adds after them. The
   // default serves runners without speculation (kUnimplemented if any item has drafts).
-  virtual Status run_speculative(std::span<const BatchItem> items,
-                                 std::span<int32_t> next_tokens, std::span<int32_t> accepted);
+  virtual Status run_speculative(std::span<const BatchItem> items, std::span<int32_t> next_tokens,
+                                 std::span<int32_t> accepted);
 };
 
 enum class SeqEnd { kLength, kCancelled, kRejected, kFailed };
