@@ -287,7 +287,6 @@ struct Loader {
         }
         n.attrs[a.name()] = std::move(attr);
       }
-      if (def && def->check) POWER_RETURN_IF_ERROR(def->check(n));
       if (n.op == "If") {
         if (n.inputs.size() != 1 || n.inputs[0] < 0) {
           return make_error(StatusCode::kInvalidArgument, "{} needs one condition input",
@@ -315,6 +314,7 @@ struct Loader {
         }
         n.outputs.push_back(define(g, out));
       }
+      if (def && def->check) POWER_RETURN_IF_ERROR(def->check(n));
       g.nodes.push_back(std::move(n));
     }
     for (const auto& out : gp.output()) {
@@ -679,6 +679,17 @@ Result<std::vector<Tensor>> Model::run(const std::vector<Tensor>& inputs, Thread
   }
   if (stats) stats->peak_bytes = exec.peak;
   return outs;
+}
+
+Result<Tensor> parse_tensor_proto(const void* data, size_t size, std::string* name) {
+  if (size > static_cast<size_t>(INT32_MAX))
+    return make_error(StatusCode::kUnsupported, "tensor file too large");
+  ::onnx::TensorProto tp;
+  if (!tp.ParseFromArray(data, static_cast<int>(size))) {
+    return make_error(StatusCode::kCorrupt, "not a valid ONNX TensorProto");
+  }
+  if (name) *name = tp.name();
+  return tensor_from_proto(tp);
 }
 
 std::vector<std::string> supported_operators() {

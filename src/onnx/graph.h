@@ -129,6 +129,9 @@ class Model {
   std::string shape_model_;  // serialized ModelProto without large weights, for shape inference
 };
 
+// A serialized ONNX TensorProto (the .pb files of ONNX's test data, `power onnx run --input`).
+Result<Tensor> parse_tensor_proto(const void* data, size_t size, std::string* name = nullptr);
+
 // Names of the operators (default ONNX domain) the executor implements.
 std::vector<std::string> supported_operators();
 

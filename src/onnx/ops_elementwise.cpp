@@ -15,6 +15,38 @@ Status need_inputs(const Node& n, const Ins& in, size_t min_count) {
   return Status();
 }
 
+void store_f64(Tensor& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::kF32:
+      t.mutable_data<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kF64:
+      t.mutable_data<double>()[i] = v;
+      break;
+    case DType::kI64:
+      t.mutable_data<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kI32:
+      t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI16:
+      t.mutable_data<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    case DType::kU16:
+      t.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::kI8:
+      t.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
+      break;
+    case DType::kU8:
+      t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kBool:
+      t.mutable_data<uint8_t>()[i] = v != 0;
+      break;
+  }
+}
+
 Status need_f32(const Node& n, const Tensor* t, const char* what) {
   if (t->dtype != DType::kF32) {
     return op_unsupported(n, fmt::format("{} must be float32, got {}", what, dtype_name(t->dtype)));
@@ -104,7 +136,8 @@ enum class Bin {
   kXor,
   kMax,
   kMin,
-  kMod
+  kMod,
+  kFmod
 };
 
 template <typename T>
@@ -127,6 +160,12 @@ T apply(Bin op, T a, T b) {
       return std::max(a, b);
     case Bin::kMin:
       return std::min(a, b);
+    case Bin::kFmod:
+      if constexpr (std::is_integral_v<T>) {
+        return b == 0 ? T(0) : static_cast<T>(a % b);
+      } else {
+        return std::fmod(a, b);
+      }
     case Bin::kMod:
       if constexpr (std::is_integral_v<T>) {
         if (b == 0) return 0;
@@ -209,12 +248,21 @@ Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
-  if (op == Bin::kPow && a.dtype == DType::kF32 && b.dtype != DType::kF32) {
-    // Pow(float, int exponent): convert the exponent.
-    auto v = to_f64_vector(b);
-    std::vector<float> f(v->begin(), v->end());
-    Tensor bf = make_f32(b.shape, f);
-    return binary(n, {&a, &bf}, out, op);
+  if (op == Bin::kPow && a.dtype != b.dtype) {
+    // Pow's exponent may have another type; the result has the base's type.
+    Shape os;
+    if (!broadcast_shape({&a.shape, &b.shape}, os)) return op_error(n, "shapes do not broadcast");
+    POWER_ASSIGN_OR_RETURN(out[0], make_tensor(a.dtype, os));
+    POWER_ASSIGN_OR_RETURN(auto av, to_f64_vector(a));
+    POWER_ASSIGN_OR_RETURN(auto bv, to_f64_vector(b));
+    auto sa = bstrides(a.shape, os), sb = bstrides(b.shape, os);
+    Tensor& y = out[0];
+    for_broadcast(os, sa, sb,
+                  [&](int64_t o, int64_t ia, int64_t ib, int64_t cnt, int64_t da, int64_t db) {
+                    for (int64_t j = 0; j < cnt; ++j)
+                      store_f64(y, o + j, std::pow(av[ia + j * da], bv[ib + j * db]));
+                  });
+    return Status();
   }
   if (a.dtype != b.dtype) {
     return op_error(n, fmt::format("operand types differ: {} and {}", dtype_name(a.dtype),
@@ -289,7 +337,7 @@ Status op_mod(const Node& n, const Ins& in, Outs& out, OpContext&) {
   if (n.attr_i("fmod", 0) == 0 && (in[0]->dtype == DType::kF32 || in[0]->dtype == DType::kF64)) {
     return op_unsupported(n, "fmod=0 on floating-point inputs");
   }
-  return binary(n, in, out, Bin::kMod);
+  return binary(n, in, out, n.attr_i("fmod", 0) != 0 ? Bin::kFmod : Bin::kMod);
 }
 
 // Variadic Max/Min/Sum/Mean: folded pairwise (broadcasting).
@@ -454,20 +502,30 @@ Status op_not(const Node& n, const Ins& in, Outs& out, OpContext&) {
 
 Status op_clip(const Node& n, const Ins& in, Outs& out, OpContext&) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
-  float lo = -INFINITY, hi = INFINITY;
+  const Tensor& x = *in[0];
+  if (x.dtype == DType::kBool) return op_unsupported(n, "bool input");
+  double lo = -INFINITY, hi = INFINITY;
   if (n.opset < 11) {
     lo = n.attr_f("min", -INFINITY);
     hi = n.attr_f("max", INFINITY);
   } else {
     for (int k = 1; k <= 2; ++k) {
       if (in.size() > static_cast<size_t>(k) && in[k]) {
-        if (in[k]->numel() != 1 || in[k]->dtype != DType::kF32)
-          return op_error(n, "min/max must be float scalars");
-        (k == 1 ? lo : hi) = in[k]->data<float>()[0];
+        if (in[k]->numel() != 1 || in[k]->dtype != x.dtype)
+          return op_error(n, "min/max must be scalars of the input's type");
+        POWER_ASSIGN_OR_RETURN(auto v, to_f64_vector(*in[k]));
+        (k == 1 ? lo : hi) = v[0];
       }
     }
   }
-  return unary_f32(n, in, out, [lo, hi](float x) { return std::min(std::max(x, lo), hi); });
+  if (x.dtype == DType::kF32) {
+    float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+    return unary_f32(n, in, out, [flo, fhi](float v) { return std::min(std::max(v, flo), fhi); });
+  }
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(x.dtype, x.shape));
+  POWER_ASSIGN_OR_RETURN(auto xv, to_f64_vector(x));
+  for (int64_t i = 0; i < x.numel(); ++i) store_f64(out[0], i, std::min(std::max(xv[i], lo), hi));
+  return Status();
 }
 
 template <typename S, typename D>

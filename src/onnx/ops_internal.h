@@ -24,6 +24,9 @@ inline bool norm_axis(int64_t& axis, int64_t rank) {
   return axis >= 0 && axis < rank;
 }
 
+// Writes v into element i of t, converted to t's element type.
+void store_f64(Tensor& t, int64_t i, double v);
+
 Status need_inputs(const Node& n, const Ins& in, size_t min_count);
 Status need_f32(const Node& n, const Tensor* t, const char* what);
 

@@ -765,10 +765,12 @@ Status op_resize(const Node& n, const Ins& in, Outs& out, OpContext&) {
         xo = off + (i + 0.5) / s - 0.5;
       } else if (ct == "pytorch_half_pixel")
         xo = out_sz > 1 ? (i + 0.5) / s - 0.5 : 0.0;
-      else if (ct == "align_corners")
-        xo =
-            out_sz > 1 ? i * static_cast<double>(in_sz - 1) / static_cast<double>(out_sz - 1) : 0.0;
-      else if (ct == "tf_half_pixel_for_nn")
+      else if (ct == "align_corners") {
+        // The resized length is in * scale (not floored) when scales are given.
+        double len = scales_t ? static_cast<double>(in_sz) * static_cast<float>(s)
+                              : static_cast<double>(out_sz);
+        xo = len > 1 ? i * static_cast<double>(in_sz - 1) / (len - 1) : 0.0;
+      } else if (ct == "tf_half_pixel_for_nn")
         xo = (i + 0.5) / s;
       else
         xo = i / s;  // asymmetric

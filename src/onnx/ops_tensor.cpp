@@ -611,7 +611,7 @@ enum class Red { kMean, kSum, kMax, kMin, kSumSquare, kL2, kL1, kProd, kLogSumEx
 Status reduce(const Node& n, const Ins& in, Outs& out, Red kind, int axes_input_since) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   const Tensor& x = *in[0];
-  POWER_RETURN_IF_ERROR(need_f32(n, &x, "input"));
+  if (x.dtype == DType::kBool) return op_unsupported(n, "bool input");
   POWER_ASSIGN_OR_RETURN(auto axes, axes_arg(n, in, 1, axes_input_since));
   int64_t r = x.rank();
   bool keep = n.attr_i("keepdims", 1) != 0;
@@ -637,7 +637,7 @@ Status reduce(const Node& n, const Ins& in, Outs& out, Red kind, int axes_input_
       s.push_back(1);
     kept.push_back(red[d] ? 1 : x.shape[d]);
   }
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, s));
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(x.dtype, s));
   int64_t on = shape_numel(kept);
   std::vector<double> acc(on, 0.0);
   double init = 0;
@@ -647,7 +647,7 @@ Status reduce(const Node& n, const Ins& in, Outs& out, Red kind, int axes_input_
   std::fill(acc.begin(), acc.end(), init);
   auto kst = strides_of(kept);
   std::vector<int64_t> idx(r, 0);
-  const float* px = x.data<float>();
+  POWER_ASSIGN_OR_RETURN(const std::vector<double> px, to_f64_vector(x));
   int64_t total = x.numel();
   std::vector<double> mx;
   if (kind == Red::kLogSumExp) {  // max first for stability
@@ -698,13 +698,12 @@ Status reduce(const Node& n, const Ins& in, Outs& out, Red kind, int axes_input_
     }
   }
   int64_t count = on == 0 ? 0 : total / std::max<int64_t>(on, 1);
-  float* y = out[0].mutable_data<float>();
   for (int64_t o = 0; o < on; ++o) {
     double v = acc[o];
     if (kind == Red::kMean) v = count ? v / static_cast<double>(count) : NAN;
     if (kind == Red::kL2) v = std::sqrt(v);
     if (kind == Red::kLogSumExp) v = std::log(v) + mx[o];
-    y[o] = static_cast<float>(v);
+    store_f64(out[0], o, v);
   }
   return Status();
 }
