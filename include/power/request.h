@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "power/policy.h"
 #include "power/status.h"
 
 namespace power {
@@ -145,6 +146,9 @@ struct Completion {
   // "none"); `text` then holds only the content outside the calls, and OpenAI's finish_reason
   // is "tool_calls". Streaming sends the raw text (the calls included) as it is generated.
   std::vector<ToolCall> tool_calls;
+  // The signed power.receipt.v1 (canonical JSON, docs/RECEIPTS.md) when the request asked for
+  // one (want_receipt, or a policy with require_signature); else empty.
+  std::string receipt;
 };
 
 struct GenerateRequest {
@@ -172,6 +176,12 @@ struct GenerateRequest {
   // Speculative decoding for this request; unset: the model's LoadOptions::speculative.
   std::optional<SpeculativeOptions> speculative;
   std::optional<std::chrono::steady_clock::time_point> deadline;
+
+  // Receipts and acceptance (docs/RECEIPTS.md): want_receipt asks for a signed receipt in
+  // Completion::receipt; a policy that the model or configuration does not meet makes
+  // submit() return kPolicyRefused before any compute.
+  bool want_receipt = false;
+  std::optional<AcceptancePolicy> policy;
 
   std::function<bool(const StreamEvent&)> on_stream;
   std::function<void(const Completion&)> on_done;

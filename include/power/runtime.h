@@ -35,6 +35,9 @@ namespace power {
 
 struct RuntimeOptions {
   uint64_t memory_budget_bytes = 0;  // 0: MemAvailable / cgroup memory.max
+  // Where the Ed25519 receipt key lives (made on first use); empty: $POWER_HOME/keys, else
+  // ~/.power/keys.
+  std::string keys_dir;
 };
 
 struct LoadOptions {
@@ -89,6 +92,9 @@ struct RuntimeStats {
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h
+namespace receipt {
+class SigningKey;
+}
 class Runtime;
 struct ModelSlot;
 struct RequestState;
@@ -143,6 +149,11 @@ class Runtime {
   uint64_t budget_bytes_ = 0;
   uint64_t committed_bytes_ = 0;  // weights + workspaces + KV pools of loaded models
   std::vector<std::shared_ptr<ModelSlot>> models_;
+  // The receipt key, loaded (or made) on the first request that needs it.
+  Result<std::shared_ptr<const receipt::SigningKey>> signing_key();
+  std::mutex key_mu_;
+  std::string keys_dir_;
+  std::shared_ptr<const receipt::SigningKey> key_;
 };
 
 // Device memory available to Power: min(MemAvailable, cgroup memory.max - memory.current).

@@ -2,6 +2,7 @@
 // `power convert llama2c` (import a llama2.c checkpoint).
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -62,6 +63,10 @@ struct RunOptions {
   std::vector<std::string> stop;
   SamplerParams sampling;
   int64_t seed = -1;
+  std::string receipt_path;  // --receipt: write the signed receipt here
+  std::string policy_path;   // --policy: the caller's acceptance policy (JSON)
+  std::string output_path;   // --output: write exactly the generated text here
+  std::optional<AcceptancePolicy> policy;
 };
 
 // `power run` is one client of the embedded runtime: one model, one request at a time.
@@ -124,6 +129,8 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
   req.stop = o.stop;
   req.ignore_eos = o.ignore_eos;
   req.add_bos = !o.no_bos;
+  req.want_receipt = !o.receipt_path.empty();
+  req.policy = o.policy;
   req.on_stream = [](const StreamEvent& e) {
     std::fwrite(e.text.data(), 1, e.text.size(), stdout);
     std::fflush(stdout);
@@ -132,6 +139,11 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
   POWER_ASSIGN_OR_RETURN(RequestHandle h, s.rt->submit(s.model, std::move(req)));
   Completion r = h.wait();
   if (!r.status.ok()) return r.status;
+  if (!o.receipt_path.empty()) {  // with --chat: the last turn's
+    if (r.receipt.empty()) return Status(StatusCode::kInternal, "no receipt was produced");
+    POWER_RETURN_IF_ERROR(write_file_atomic(o.receipt_path, r.receipt + "\n"));
+  }
+  if (!o.output_path.empty()) POWER_RETURN_IF_ERROR(write_file_atomic(o.output_path, r.text));
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const double pre_s = r.timings.prefill_ms / 1000.0, dec_s = r.timings.decode_ms / 1000.0;
@@ -168,6 +180,13 @@ Status run_chat(RunSession& s, const RunOptions& o) {
 }
 
 void run_generate(RunOptions o) {
+  if (!o.policy_path.empty()) {
+    auto text = read_file_text(o.policy_path);
+    if (!text.ok()) return report_error(text.status());
+    auto policy = parse_acceptance_policy(*text);
+    if (!policy.ok()) return report_error(policy.status());
+    o.policy = *policy;
+  }
   auto s = prepare(o);
   if (!s.ok()) return report_error(s.status());
   if (o.chat) {
@@ -258,6 +277,11 @@ void add_run_commands(CLI::App& app) {
   run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
   run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
   run->add_flag("--verbose", o.verbose, "Print model, memory and thread information");
+  run->add_option("--receipt", o.receipt_path,
+                  "Write the signed execution receipt (power.receipt.v1) to this file");
+  run->add_option("--policy", o.policy_path,
+                  "Acceptance policy JSON: refuse to run unless the model/config meet it");
+  run->add_option("--output", o.output_path, "Also write exactly the generated text here");
   run->callback([run] {
     o.n_predict_given = run->count("--n-predict") > 0;
     run_generate(o);

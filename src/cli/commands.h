@@ -17,6 +17,7 @@ void add_text_commands(CLI::App& app);      // tokenize, detokenize
 void add_template_commands(CLI::App& app);  // template
 void add_bench_commands(CLI::App& app);     // bench
 void add_dev_commands(CLI::App& app);       // dev synth
+void add_receipt_commands(CLI::App& app);   // key show, verify, replay
 void add_store_commands(CLI::App& app);     // pull, ls, show, rm, ps (POWER_WITH_STORE)
 
 }  // namespace power::cli

@@ -25,8 +25,11 @@
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "format/gguf.h"
+#include "kernels/cpu/isa.h"
 #include "models/decoder.h"
 #include "models/model.h"
+#include "receipt/receipt.h"
+#include "receipt/signing_key.h"
 #include "runtime/model_runner.h"
 #include "runtime/scheduler.h"
 #include "runtime/speculative_step.h"
@@ -62,10 +65,14 @@ struct RequestState {
   Clock::time_point t_submit, t_admit, t_first;
   bool admitted = false, got_first = false, cancel_requested = false;
   std::weak_ptr<ModelSlot> slot;
+  runtime::StructuredState structured;  // response_format, logprobs, tools
   // Speculative decoding state (null: plain decoding); freed on the worker when the
   // request ends (its draft KV lives in the replica's pool).
   std::unique_ptr<runtime::SpecSequence> spec;
-  runtime::StructuredState structured;  // response_format, logprobs, tools
+  // Receipt: everything known at submit (schema, model, config, device, input); output and
+  // timings are added and the whole signed when the request ends.
+  std::shared_ptr<const receipt::SigningKey> receipt_key;
+  nlohmann::json receipt_body;
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -89,6 +96,18 @@ struct ModelSlot {
   std::unique_ptr<Workspace> draft_ws;
   std::unique_ptr<KvCache> draft_kv;
   runtime::SpecCounters spec_totals;
+  // Receipt facts of the loaded model, shared by the replicas; the tensor digest is computed
+  // on the first receipt (it reads every weight once).
+  struct ReceiptModel {
+    std::once_flag once;
+    nlohmann::json json;
+  };
+  std::shared_ptr<ReceiptModel> receipt_model;
+  bool threads_fixed = false;             // LoadOptions::threads > 0
+  std::string spec_default_mode = "off";  // LoadOptions::speculative.mode
+  std::string draft_model_name;           // LoadOptions::draft_model's file name
+  std::string kv_type;
+  bool prefix_reuse = true;
 
   std::mutex mu;  // guards sched, requests, chat, stopping, steps
   std::condition_variable cv;
@@ -142,6 +161,18 @@ void complete(RequestState& r, Finish finish, Status status) {
     }
   } else if (r.admitted) {
     t.prefill_ms = ms_between(r.t_admit, now);
+  }
+  if (r.receipt_key) {
+    nlohmann::json body = std::move(r.receipt_body);
+    body["output"] = receipt::output_json(c);
+    body["timings"] = receipt::timings_json(c.timings);
+    auto signed_receipt = receipt::sign_receipt(std::move(body), *r.receipt_key);
+    if (signed_receipt.ok()) {
+      c.receipt = std::move(*signed_receipt);
+    } else {
+      POWER_LOG_ERROR("cannot sign the receipt of request {}: {}", r.id,
+                      signed_receipt.status().to_string());
+    }
   }
   if (r.req.on_done) r.req.on_done(c);
   {
@@ -373,6 +404,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->budget_bytes_ =
       options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
+  rt->keys_dir_ = options.keys_dir.empty() ? receipt::SigningKey::default_dir() : options.keys_dir;
   return rt;
 }
 
@@ -580,6 +612,13 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_ctx = n_ctx;
     info.weights_bytes = file->file_size();
     info.replicas = o.replicas;
+    slot->receipt_model =
+        r == 0 ? std::make_shared<ModelSlot::ReceiptModel>() : h.slots_.front()->receipt_model;
+    slot->threads_fixed = o.threads > 0;
+    slot->spec_default_mode = o.speculative.mode;
+    slot->draft_model_name = o.draft_model.substr(o.draft_model.find_last_of('/') + 1);
+    slot->kv_type = kv_type == GgmlType::F16 ? "f16" : "f32";
+    slot->prefix_reuse = o.prefix_reuse;
     slot->spec_default = spec_default;
     slot->draft_model = draft_model;
     Status st = start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes + draft_weights : 0);
@@ -659,6 +698,98 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
 
 }  // namespace
 
+namespace {
+
+// Why a request on this replica would not be reproducible bit for bit (docs/RECEIPTS.md,
+// "Determinism"); empty when it is.
+std::vector<std::string> nondeterminism(const ModelSlot& m, const GenerateRequest& req) {
+  std::vector<std::string> why;
+  const std::string spec_mode = req.speculative ? req.speculative->mode : m.spec_default_mode;
+  if (spec_mode != "off" && req.sampling.temperature > 0) {
+    why.push_back(
+        "speculative decoding with sampling draws from the same distribution, not the same "
+        "tokens, as a replay");
+  }
+  if (!m.threads_fixed) {
+    why.push_back("the thread count is not fixed (loaded with threads = 0: all cores)");
+  }
+  if (req.deadline) why.push_back("a deadline can end the request depending on the load");
+  return why;
+}
+
+receipt::ExecutionFacts execution_facts(const ModelSlot& m, const GenerateRequest& req,
+                                        bool can_sign) {
+  receipt::ExecutionFacts f;
+  f.model_sha256 = m.info.sha256;
+  f.power_version = POWER_VERSION;
+  f.signed_receipt = can_sign;
+  f.device_kind = "cpu";
+  f.kernel_isa = std::string(cpu_isa_name(cpu_isa()));
+  f.nondeterminism = nondeterminism(m, req);
+  return f;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const receipt::SigningKey>> Runtime::signing_key() {
+  std::lock_guard<std::mutex> lk(key_mu_);
+  if (!key_) {
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<receipt::SigningKey> k,
+                           receipt::SigningKey::load_or_create(keys_dir_));
+    key_ = std::move(k);
+  }
+  return key_;
+}
+
+namespace {
+
+// The receipt's parts known at submit: schema, model, config, device, input.
+nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
+                            std::span<const int32_t> prompt, const spec::Config& spec_cfg,
+                            spec::Mode spec_mode) {
+  std::call_once(m.receipt_model->once, [&] {
+    m.receipt_model->json = receipt::model_json(*m.file, m.info.path, m.info.sha256, m.info.arch);
+  });
+  nlohmann::json config = receipt::request_config_json(req);
+  config["kv_type"] = m.kv_type;
+  config["threads"] = m.info.threads;
+  config["n_ctx"] = m.info.n_ctx;
+  config["prefix_reuse"] = m.prefix_reuse;
+  config["kernel_isa"] = std::string(cpu_isa_name(cpu_isa()));
+  config["power_version"] = POWER_VERSION;
+  if (spec_mode == spec::Mode::kOff) {
+    config["speculative"] = {{"enabled", false}, {"mode", "off"}};
+  } else {
+    config["speculative"] = {{"enabled", true},
+                             {"mode", std::string(spec::mode_name(spec_mode))},
+                             {"k", spec_cfg.k},
+                             {"s", spec_cfg.s},
+                             {"adaptive", spec_cfg.adaptive},
+                             {"ngram_min", spec_cfg.ngram_min},
+                             {"ngram_max", spec_cfg.ngram_max},
+                             {"draft_model", m.draft_model_name}};
+  }
+  config["nondeterminism"] = nondeterminism(m, req);
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    config["chat_template_sha256"] = !req.messages.empty() && m.chat
+                                         ? nlohmann::json(sha256_hex(m.chat->source()))
+                                         : nlohmann::json(nullptr);
+  }
+  nlohmann::json input = receipt::input_json(req);
+  input["tokens_sha256"] = receipt::token_ids_sha256(prompt);
+  input["n_tokens"] = prompt.size();
+  nlohmann::json body;
+  body["schema"] = std::string(receipt::kReceiptSchema);
+  body["model"] = m.receipt_model->json;
+  body["config"] = std::move(config);
+  body["device"] = receipt::device_json();
+  body["input"] = std::move(input);
+  return body;
+}
+
+}  // namespace
+
 // The replica a request runs on: the one asked for, else the least loaded.
 Result<std::shared_ptr<ModelSlot>> pick_replica(const ModelHandle& handle, int replica) {
   const auto& slots = handle.slots_;
@@ -688,6 +819,20 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   POWER_ASSIGN_OR_RETURN(std::shared_ptr<ModelSlot> slot, pick_replica(handle, request.replica));
   ModelSlot& m = *slot;
   const auto now = Clock::now();
+  // The caller's policy, before any compute; nothing here relaxes it.
+  std::shared_ptr<const receipt::SigningKey> key;
+  if (request.want_receipt || (request.policy && request.policy->require_signature)) {
+    auto k = signing_key();
+    if (k.ok()) {
+      key = *k;
+    } else if (!request.policy || !request.policy->require_signature) {
+      return k.status();  // asked for a receipt that cannot be signed
+    }
+  }
+  if (request.policy) {
+    POWER_RETURN_IF_ERROR(
+        receipt::check_policy(*request.policy, execution_facts(m, request, key != nullptr)));
+  }
   POWER_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(m, request));
   SamplerParams sp = to_sampler_params(request.sampling);
   POWER_RETURN_IF_ERROR(sp.validate(m.info.n_vocab));
@@ -711,6 +856,10 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   auto r = std::make_shared<RequestState>();
   r->t_submit = now;
   r->slot = slot;
+  if (key) {
+    r->receipt_key = key;
+    r->receipt_body = receipt_body(m, request, prompt, spec_cfg, spec_mode);
+  }
   r->req = std::move(request);
   r->result.usage.prompt_tokens = n_prompt;
   r->sampler = std::make_unique<Sampler>(sp, m.info.n_vocab);
