@@ -139,6 +139,10 @@ class Runtime {
   // Queues a request. Immediate rejections (kInvalidArgument, kDoesNotFit, kQueueFull) come
   // back here; later ones (deadline, cancellation, errors) in Completion::status.
   Result<RequestHandle> submit(const ModelHandle& model, GenerateRequest request);
+  // Ends the model's outstanding requests (Finish::kCancelled), joins its workers and returns
+  // its memory to the budget (freed once the last ModelHandle copy goes; submits through a
+  // remaining copy get kCancelled). kNotFound when this runtime does not hold the model.
+  Status unload(const ModelHandle& model);
   uint64_t budget_bytes() const { return budget_bytes_; }
 
  private:

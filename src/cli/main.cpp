@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
 #if POWER_WITH_STORE
   power::cli::add_store_commands(app);
 #endif
+  power::cli::add_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

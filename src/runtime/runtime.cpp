@@ -113,6 +113,7 @@ struct ModelSlot {
   std::condition_variable cv;
   bool stopping = false;
   uint64_t steps = 0;
+  uint64_t committed_bytes = 0;  // what this replica added to Runtime::committed_bytes_
   uint64_t next_id = 1;
   std::unordered_map<uint64_t, std::shared_ptr<RequestState>> requests;
   std::thread worker;
@@ -534,6 +535,22 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   }
   slot.cv.notify_all();
   committed_bytes_ += fixed + info.kv_cache_bytes;
+  slot.committed_bytes = fixed + info.kv_cache_bytes;
+  return Status();
+}
+
+Status Runtime::unload(const ModelHandle& model) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  bool found = false;
+  for (const auto& slot : model.slots_) {
+    auto it = std::find(models_.begin(), models_.end(), slot);
+    if (it == models_.end()) continue;
+    found = true;
+    models_.erase(it);
+    committed_bytes_ -= std::min(committed_bytes_, slot->committed_bytes);
+    slot->stop();
+  }
+  if (!found) return Status(StatusCode::kNotFound, "the model is not loaded in this runtime");
   return Status();
 }
 

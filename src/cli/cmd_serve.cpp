@@ -1,0 +1,131 @@
+// `power serve`: the OpenAI-compatible HTTP service. See docs/SERVER.md.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "server/server.h"
+
+namespace power::cli {
+namespace {
+
+struct ServeArgs {
+  std::string config;
+  server::ServerOptions opts;
+  std::vector<std::string> models;
+};
+
+void run_serve(ServeArgs& a, CLI::App* cmd) {
+  server::ServerOptions o;
+  if (!a.config.empty()) {
+    Status st = server::apply_config_file(a.config, &o);
+    if (!st.ok()) return report_error(st);
+  }
+  // Flags given on the command line override the config file.
+  auto given = [cmd](const char* name) { return cmd->get_option(name)->count() > 0; };
+  if (given("--host")) o.host = a.opts.host;
+  if (given("--port")) o.port = a.opts.port;
+  for (const auto& m : a.models) o.models.push_back(m);
+  if (given("--api-key-file")) o.api_key_file = a.opts.api_key_file;
+  if (given("--tls-cert")) o.tls_cert = a.opts.tls_cert;
+  if (given("--tls-key")) o.tls_key = a.opts.tls_key;
+  if (given("--max-body-bytes")) o.max_body_bytes = a.opts.max_body_bytes;
+  if (given("--http-threads")) o.http_threads = a.opts.http_threads;
+  if (given("--read-timeout")) o.read_timeout_s = a.opts.read_timeout_s;
+  if (given("--write-timeout")) o.write_timeout_s = a.opts.write_timeout_s;
+  if (given("--keep-alive-timeout")) o.keep_alive_timeout_s = a.opts.keep_alive_timeout_s;
+  if (given("--queue-timeout")) o.queue_timeout_s = a.opts.queue_timeout_s;
+  if (given("--drain-timeout")) o.drain_timeout_s = a.opts.drain_timeout_s;
+  if (given("--ctx")) o.load.n_ctx = a.opts.load.n_ctx;
+  if (given("--max-running")) o.load.max_running = a.opts.load.max_running;
+  if (given("--max-waiting")) o.load.max_waiting = a.opts.load.max_waiting;
+  if (given("--threads")) o.load.threads = a.opts.load.threads;
+  if (given("--replicas")) o.load.replicas = a.opts.load.replicas;
+  if (given("--kv-type")) o.load.kv_type = a.opts.load.kv_type;
+  o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
+
+  // SIGINT/SIGTERM go to one watcher thread (blocked everywhere else, so every thread the
+  // server starts inherits the mask); SIGPIPE from a vanished client is an error return.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto created = server::Server::create(std::move(o));
+  if (!created.ok()) return report_error(created.status());
+  server::Server& srv = **created;
+  Status st = srv.start();
+  if (!st.ok()) return report_error(st);
+  const std::string url =
+      fmt::format("{}://{}:{}", srv.tls() ? "https" : "http",
+                  cmd->get_option("--host")->count() > 0 ? a.opts.host : "127.0.0.1", srv.port());
+  std::printf("power serve: listening on %s (OpenAI API at %s/v1)\n", url.c_str(), url.c_str());
+  std::fflush(stdout);
+
+  std::thread watcher([&srv, set] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    std::fprintf(stderr, "power serve: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv.shutdown();
+  });
+  st = srv.wait();
+  // wait() returns only after shutdown() (or a listener failure): wake the watcher if needed.
+  if (!st.ok()) {
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+    return report_error(st);
+  }
+  watcher.join();
+  std::fprintf(stderr, "power serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_commands(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve models over an OpenAI-compatible HTTP API");
+  server::ServerOptions& o = a->opts;
+  cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o.port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("-m,--model", a->models, "Model file or store name to load (repeatable)");
+  cmd->add_option("--config", a->config, "JSON file with the same keys as these flags");
+  cmd->add_option("--api-key-file", o.api_key_file,
+                  "Bearer keys, one per line (or sha256:<hex>); /health stays open");
+  cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
+  cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o.http_threads, "Connections served at once")
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", o.read_timeout_s, "Seconds to read a request")
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", o.write_timeout_s, "Seconds for a blocked write")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", o.keep_alive_timeout_s, "Idle keep-alive seconds")
+      ->capture_default_str();
+  cmd->add_option("--queue-timeout", o.queue_timeout_s,
+                  "Seconds a request may wait for memory or a slot (503 after; 0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", o.drain_timeout_s,
+                  "On SIGTERM/SIGINT: seconds running requests may finish before cancellation")
+      ->capture_default_str();
+  cmd->add_option("--ctx", o.load.n_ctx, "Context positions per request (0: the model's)");
+  cmd->add_option("--max-running", o.load.max_running, "Sequences in one batch")
+      ->capture_default_str();
+  cmd->add_option("--max-waiting", o.load.max_waiting, "Queued requests before 429")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.load.threads, "Compute threads (0: all cores)");
+  cmd->add_option("--replicas", o.load.replicas, "Session replicas per model")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", o.load.kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  cmd->callback([a, cmd] { run_serve(*a, cmd); });
+}
+
+}  // namespace power::cli

@@ -1,0 +1,135 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace power::server {
+
+void Metrics::count_request(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++requests_[{route, status}];
+}
+
+void Metrics::count_rejection(const std::string& reason) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++rejections_[reason];
+}
+
+void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++generations_;
+  prompt_tokens_ += static_cast<uint64_t>(usage.prompt_tokens);
+  completion_tokens_ += static_cast<uint64_t>(usage.completion_tokens);
+  cached_prompt_tokens_ += static_cast<uint64_t>(usage.cached_prompt_tokens);
+  if (usage.cached_prompt_tokens > 0) ++prompt_cache_hits_;
+  if (cancelled_by_client) ++client_cancellations_;
+  if (usage.completion_tokens > 0) {
+    double s = ttft_ms / 1000.0;
+    for (size_t i = 0; i < kTtftBucketsSeconds.size(); ++i) {
+      if (s <= kTtftBucketsSeconds[i]) ++ttft_buckets_[i];
+    }
+    ++ttft_count_;
+    ttft_sum_seconds_ += s;
+  }
+}
+
+namespace {
+
+// Prometheus label values escape backslash, quote and newline.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Metrics::render(const std::vector<ModelGauges>& models, int active_generations) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string o;
+  auto header = [&o](const char* name, const char* type, const char* help) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  header("power_http_requests_total", "counter", "HTTP requests answered, by route and status.");
+  for (const auto& [key, n] : requests_) {
+    o += fmt::format("power_http_requests_total{{route=\"{}\",status=\"{}\"}} {}\n",
+                     label(key.first), key.second, n);
+  }
+  header("power_active_generations", "gauge", "Generations submitted and not finished.");
+  o += fmt::format("power_active_generations {}\n", active_generations);
+  header("power_rejections_total", "counter", "Requests turned away, by reason.");
+  for (const char* r : {"queue_full", "does_not_fit", "deadline", "invalid_request", "unauthorized",
+                        "body_too_large", "not_found", "draining"}) {
+    auto it = rejections_.find(r);
+    o += fmt::format("power_rejections_total{{reason=\"{}\"}} {}\n", r,
+                     it == rejections_.end() ? 0 : it->second);
+  }
+  header("power_generations_total", "counter", "Generations that ran (admitted requests).");
+  o += fmt::format("power_generations_total {}\n", generations_);
+  header("power_client_cancellations_total", "counter",
+         "Generations cancelled because the client went away.");
+  o += fmt::format("power_client_cancellations_total {}\n", client_cancellations_);
+  header("power_prompt_tokens_total", "counter", "Prompt tokens processed.");
+  o += fmt::format("power_prompt_tokens_total {}\n", prompt_tokens_);
+  header("power_completion_tokens_total", "counter", "Tokens generated.");
+  o += fmt::format("power_completion_tokens_total {}\n", completion_tokens_);
+  header("power_prompt_cache_hits_total", "counter",
+         "Generations that reused cached prompt KV blocks.");
+  o += fmt::format("power_prompt_cache_hits_total {}\n", prompt_cache_hits_);
+  header("power_prompt_cache_tokens_total", "counter", "Prompt tokens served from the cache.");
+  o += fmt::format("power_prompt_cache_tokens_total {}\n", cached_prompt_tokens_);
+  header("power_time_to_first_token_seconds", "histogram",
+         "Submit to first generated token, seconds.");
+  for (size_t i = 0; i < kTtftBucketsSeconds.size(); ++i) {
+    o += fmt::format("power_time_to_first_token_seconds_bucket{{le=\"{}\"}} {}\n",
+                     kTtftBucketsSeconds[i], ttft_buckets_[i]);
+  }
+  o += fmt::format("power_time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {}\n", ttft_count_);
+  o += fmt::format("power_time_to_first_token_seconds_sum {}\n", ttft_sum_seconds_);
+  o += fmt::format("power_time_to_first_token_seconds_count {}\n", ttft_count_);
+
+  header("power_requests_running", "gauge", "Requests in the running batch, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_requests_running{{model=\"{}\"}} {}\n", label(m.name), m.stats.running);
+  }
+  header("power_queue_depth", "gauge", "Requests waiting for a slot or memory, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_queue_depth{{model=\"{}\"}} {}\n", label(m.name), m.stats.waiting);
+  }
+  header("power_kv_blocks_used", "gauge", "KV cache blocks in use, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_kv_blocks_used{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.kv_blocks_used);
+  }
+  header("power_kv_blocks_total", "gauge", "KV cache blocks in the pool, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_kv_blocks_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.kv_blocks_total);
+  }
+  header("power_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_prefix_cache_blocks{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.prefix_cache_blocks);
+  }
+  header("power_reserved_bytes", "gauge", "Memory reserved by admitted requests, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_reserved_bytes{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.reserved_bytes);
+  }
+  header("power_scheduler_steps_total", "counter", "Forward passes run, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_scheduler_steps_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.steps);
+  }
+  return o;
+}
+
+}  // namespace power::server

@@ -1,0 +1,52 @@
+// The server's counters and their Prometheus text form (GET /metrics).
+//
+// Counters are cumulative since start; gauges (running, waiting, KV blocks) are read from
+// each loaded model's RuntimeStats when the page is rendered. Time to first token is a
+// histogram in seconds with fixed buckets.
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "power/runtime.h"
+
+namespace power::server {
+
+class Metrics {
+ public:
+  static constexpr std::array<double, 12> kTtftBucketsSeconds = {
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+  // One finished HTTP request: route ("/v1/chat/completions") and status code.
+  void count_request(const std::string& route, int status);
+  // A request turned away before generating: "queue_full", "does_not_fit", "deadline",
+  // "invalid_request", "unauthorized", "body_too_large", "not_found", "draining".
+  void count_rejection(const std::string& reason);
+  // A generation that ran: its tokens, time to first token and prompt-cache reuse.
+  void count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client);
+
+  struct ModelGauges {
+    std::string name;
+    RuntimeStats stats;
+  };
+  // `active_generations`: requests submitted by this server and not finished.
+  std::string render(const std::vector<ModelGauges>& models, int active_generations) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> rejections_;
+  uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
+  uint64_t generations_ = 0, prompt_cache_hits_ = 0, client_cancellations_ = 0;
+  std::array<uint64_t, kTtftBucketsSeconds.size()> ttft_buckets_{};
+  uint64_t ttft_count_ = 0;
+  double ttft_sum_seconds_ = 0;
+};
+
+}  // namespace power::server

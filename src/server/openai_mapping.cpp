@@ -1,0 +1,563 @@
+#include "server/openai_mapping.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace power::server {
+
+using json = nlohmann::json;
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return json{{"error", err}};
+}
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError error_from_status(const Status& status) {
+  ApiError e;
+  e.message = status.context().empty() ? status.message()
+                                       : fmt::format("{} ({})", status.message(), status.context());
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      e.http_status = 400;
+      break;
+    case StatusCode::kDoesNotFit:
+      // The runtime says "can never fit" (context or device budget): retrying cannot help.
+      e.http_status = 400;
+      e.code = "does_not_fit";
+      break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      e.code = "not_found";
+      break;
+    case StatusCode::kQueueFull:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      break;
+    case StatusCode::kDeadlineExceeded:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "deadline_exceeded";
+      break;
+    case StatusCode::kResourceExhausted:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "does_not_fit_now";
+      break;
+    case StatusCode::kCancelled:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "cancelled";
+      break;
+    case StatusCode::kUnsupported:
+      e.http_status = 400;
+      e.code = "unsupported";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      e.code = "internal_error";
+      break;
+  }
+  return e;
+}
+
+namespace {
+
+// ---- typed field readers: each returns the error naming the field ----
+
+std::optional<ApiError> read_number(const json& v, const std::string& name, double lo, double hi,
+                                    double* out) {
+  if (!v.is_number()) return bad_request(fmt::format("'{}' must be a number", name), name);
+  double d = v.get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return bad_request(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+  }
+  *out = d;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_integer(const json& v, const std::string& name, int64_t lo, int64_t hi,
+                                     int64_t* out) {
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return bad_request(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+    }
+    x = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+             std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9e15) {
+    x = static_cast<int64_t>(v.get<double>());
+  } else {
+    return bad_request(fmt::format("'{}' must be an integer", name), name);
+  }
+  if (x < lo || x > hi) {
+    return bad_request(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_bool(const json& v, const std::string& name, bool* out) {
+  if (!v.is_boolean()) return bad_request(fmt::format("'{}' must be a boolean", name), name);
+  *out = v.get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> unsupported(const std::string& name) {
+  return bad_request(fmt::format("unsupported field '{}': Power does not implement it", name), name,
+                     "unsupported_field");
+}
+
+struct MapContext {
+  Endpoint endpoint;
+  const ModelInfo& info;
+  MappedRequest& out;
+  bool seed_given = false;
+  bool max_tokens_given = false;
+  bool stream_options_given = false;
+  bool input_given = false;
+};
+
+using FieldHandler = std::function<std::optional<ApiError>(const json& value, MapContext& ctx)>;
+using FieldTable = std::unordered_map<std::string, FieldHandler>;
+
+// ---- field group: identity and bookkeeping ----
+
+void add_identity_fields(FieldTable& t) {
+  t["model"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_string()) return bad_request("'model' must be a string", "model");
+    c.out.model = v.get<std::string>();
+    return std::nullopt;
+  };
+  t["user"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    // Recorded for the access log; it does not change generation.
+    if (!v.is_string()) return bad_request("'user' must be a string", "user");
+    c.out.user = v.get<std::string>();
+    return std::nullopt;
+  };
+  t["n"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    int64_t n = 0;
+    if (auto e = read_integer(v, "n", 1, 128, &n)) return e;
+    if (n != 1) return bad_request("only n=1 is supported", "n", "unsupported_value");
+    return std::nullopt;
+  };
+}
+
+// ---- field group: input (messages for chat, prompt for completions) ----
+
+std::optional<ApiError> read_message_content(const json& v, const std::string& name,
+                                             std::string* out) {
+  if (v.is_string()) {
+    *out = v.get<std::string>();
+    return std::nullopt;
+  }
+  if (!v.is_array()) {
+    return bad_request(fmt::format("'{}' must be a string or an array of text parts", name), name);
+  }
+  for (size_t j = 0; j < v.size(); ++j) {
+    const json& part = v[j];
+    std::string pname = fmt::format("{}[{}]", name, j);
+    if (!part.is_object()) return bad_request(fmt::format("'{}' must be an object", pname), pname);
+    for (const auto& [key, value] : part.items()) {
+      if (key != "type" && key != "text") return unsupported(pname + "." + key);
+    }
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return bad_request(fmt::format("'{}.type' must be a string", pname), pname + ".type");
+    }
+    if (*type != "text") {
+      return bad_request(fmt::format("content part type '{}' is not supported (only 'text')",
+                                     type->get<std::string>()),
+                         pname + ".type", "unsupported_value");
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return bad_request(fmt::format("'{}.text' must be a string", pname), pname + ".text");
+    }
+    *out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+void add_chat_input_fields(FieldTable& t) {
+  t["messages"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_array() || v.empty()) {
+      return bad_request("'messages' must be a non-empty array", "messages");
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      const json& m = v[i];
+      std::string name = fmt::format("messages[{}]", i);
+      if (!m.is_object()) return bad_request(fmt::format("'{}' must be an object", name), name);
+      ChatMessage msg;
+      bool has_content = false;
+      for (const auto& [key, value] : m.items()) {
+        if (key == "role") {
+          if (!value.is_string()) {
+            return bad_request(fmt::format("'{}.role' must be a string", name), name + ".role");
+          }
+          msg.role = value.get<std::string>();
+          // OpenAI's newer name for system instructions.
+          if (msg.role == "developer") msg.role = "system";
+          if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+              msg.role != "tool") {
+            return bad_request(fmt::format("'{}.role' must be system, developer, user, "
+                                           "assistant or tool, not '{}'",
+                                           name, value.get<std::string>()),
+                               name + ".role");
+          }
+        } else if (key == "content") {
+          if (value.is_null()) continue;
+          if (auto e = read_message_content(value, name + ".content", &msg.content)) return e;
+          has_content = true;
+        } else {
+          return unsupported(name + "." + key);
+        }
+      }
+      if (msg.role.empty()) {
+        return bad_request(fmt::format("'{}.role' is required", name), name + ".role");
+      }
+      if (!has_content) {
+        return bad_request(fmt::format("'{}.content' is required", name), name + ".content");
+      }
+      c.out.request.messages.push_back(std::move(msg));
+    }
+    c.input_given = true;
+    return std::nullopt;
+  };
+}
+
+std::optional<ApiError> read_token_ids(const json& v, const std::string& name,
+                                       const ModelInfo& info, std::vector<int32_t>* out) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t id = 0;
+    std::string n = fmt::format("{}[{}]", name, i);
+    if (auto e = read_integer(v[i], n, 0, info.n_vocab - 1, &id)) return e;
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+void add_completion_input_fields(FieldTable& t) {
+  t["prompt"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    // A string, or one prompt as [string], [token ids] or [[token ids]]; batches (n > 1
+    // prompts) would need n choices and are rejected like n > 1.
+    const json* p = &v;
+    if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+      p = &(*p)[0];
+    }
+    if (p->is_string()) {
+      c.out.request.prompt = p->get<std::string>();
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+      if (auto e = read_token_ids(*p, "prompt", c.info, &c.out.request.prompt_tokens)) return e;
+    } else if (p->is_array() && p->size() > 1 && (*p)[0].is_string()) {
+      return bad_request("only one prompt per request is supported", "prompt", "unsupported_value");
+    } else {
+      return bad_request(
+          "'prompt' must be a string, an array of token ids, or an array holding one of those",
+          "prompt");
+    }
+    if (c.out.request.prompt.empty() && c.out.request.prompt_tokens.empty()) {
+      return bad_request("'prompt' must not be empty", "prompt");
+    }
+    c.input_given = true;
+    return std::nullopt;
+  };
+}
+
+// ---- field group: length and stopping ----
+
+void add_length_fields(FieldTable& t, bool chat) {
+  auto max_tokens = [](const char* name) {
+    return [name](const json& v, MapContext& c) -> std::optional<ApiError> {
+      int64_t n = 0;
+      if (auto e = read_integer(v, name, 1, std::numeric_limits<int32_t>::max(), &n)) return e;
+      c.out.request.max_tokens = static_cast<int32_t>(n);
+      c.max_tokens_given = true;
+      return std::nullopt;
+    };
+  };
+  t["max_tokens"] = max_tokens("max_tokens");
+  if (chat) t["max_completion_tokens"] = max_tokens("max_completion_tokens");
+  t["stop"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    std::vector<std::string> stops;
+    if (v.is_string()) {
+      stops.push_back(v.get<std::string>());
+    } else if (v.is_array()) {
+      if (v.size() > 4) return bad_request("'stop' takes at most 4 sequences", "stop");
+      for (const auto& s : v) {
+        if (!s.is_string()) return bad_request("'stop' must be a string or strings", "stop");
+        stops.push_back(s.get<std::string>());
+      }
+    } else {
+      return bad_request("'stop' must be a string or an array of strings", "stop");
+    }
+    for (const auto& s : stops) {
+      if (s.empty()) return bad_request("'stop' sequences must not be empty", "stop");
+    }
+    c.out.request.stop = std::move(stops);
+    return std::nullopt;
+  };
+}
+
+// ---- field group: sampling ----
+
+void add_sampling_fields(FieldTable& t) {
+  auto number = [](const char* name, double lo, double hi, float SamplingOptions::*field) {
+    return [=](const json& v, MapContext& c) -> std::optional<ApiError> {
+      double d = 0;
+      if (auto e = read_number(v, name, lo, hi, &d)) return e;
+      c.out.request.sampling.*field = static_cast<float>(d);
+      return std::nullopt;
+    };
+  };
+  t["temperature"] = number("temperature", 0, 2, &SamplingOptions::temperature);
+  t["top_p"] = number("top_p", 0, 1, &SamplingOptions::top_p);
+  t["min_p"] = number("min_p", 0, 1, &SamplingOptions::min_p);
+  t["presence_penalty"] = number("presence_penalty", -2, 2, &SamplingOptions::presence_penalty);
+  t["frequency_penalty"] = number("frequency_penalty", -2, 2, &SamplingOptions::frequency_penalty);
+  t["top_k"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    int64_t k = 0;
+    if (auto e = read_integer(v, "top_k", -1, std::numeric_limits<int32_t>::max(), &k)) return e;
+    c.out.request.sampling.top_k = static_cast<int32_t>(k);
+    return std::nullopt;
+  };
+  t["seed"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    int64_t s = 0;
+    if (v.is_number_unsigned()) {
+      c.out.request.sampling.seed = v.get<uint64_t>();
+    } else {
+      if (auto e = read_integer(v, "seed", std::numeric_limits<int64_t>::min(),
+                                std::numeric_limits<int64_t>::max(), &s)) {
+        return e;
+      }
+      c.out.request.sampling.seed = static_cast<uint64_t>(s);
+    }
+    c.seed_given = true;
+    return std::nullopt;
+  };
+  t["logit_bias"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_object()) {
+      return bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    }
+    for (const auto& [key, value] : v.items()) {
+      std::string name = "logit_bias." + key;
+      char* end = nullptr;
+      errno = 0;
+      long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= c.info.n_vocab) {
+        return bad_request(fmt::format("'logit_bias' key '{}' is not a token id of this model "
+                                       "(0..{})",
+                                       key, c.info.n_vocab - 1),
+                           "logit_bias");
+      }
+      double bias = 0;
+      if (auto e = read_number(value, name, -100, 100, &bias)) return e;
+      c.out.request.sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
+                                                     static_cast<float>(bias));
+    }
+    return std::nullopt;
+  };
+}
+
+// ---- field group: streaming ----
+
+void add_stream_fields(FieldTable& t) {
+  t["stream"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_bool(v, "stream", &c.out.stream);
+  };
+  t["stream_options"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_object()) return bad_request("'stream_options' must be an object", "stream_options");
+    for (const auto& [key, value] : v.items()) {
+      if (key != "include_usage") return unsupported("stream_options." + key);
+      if (value.is_null()) continue;
+      if (auto e = read_bool(value, "stream_options.include_usage", &c.out.include_usage)) {
+        return e;
+      }
+    }
+    c.stream_options_given = true;
+    return std::nullopt;
+  };
+}
+
+// ---- field groups not implemented yet ----
+// These fields are not in the tables, so they get the generic 400 "unsupported field" until
+// their group is added here as add_<group>_fields(t) and called from field_table():
+//   grammar: response_format, tools, tool_choice, parallel_tool_calls, logprobs, top_logprobs
+//   receipt: power_policy      spec: speculative
+
+const FieldTable& field_table(Endpoint endpoint) {
+  static const FieldTable chat = [] {
+    FieldTable t;
+    add_identity_fields(t);
+    add_chat_input_fields(t);
+    add_length_fields(t, /*chat=*/true);
+    add_sampling_fields(t);
+    add_stream_fields(t);
+    return t;
+  }();
+  static const FieldTable completion = [] {
+    FieldTable t;
+    add_identity_fields(t);
+    add_completion_input_fields(t);
+    add_length_fields(t, /*chat=*/false);
+    add_sampling_fields(t);
+    add_stream_fields(t);
+    return t;
+  }();
+  return endpoint == Endpoint::kChatCompletions ? chat : completion;
+}
+
+}  // namespace
+
+std::optional<ApiError> request_model_name(const json& body, std::string* model) {
+  if (!body.is_object()) return bad_request("the request body must be a JSON object");
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return bad_request("'model' is required", "model");
+  if (!it->is_string()) return bad_request("'model' must be a string", "model");
+  *model = it->get<std::string>();
+  return std::nullopt;
+}
+
+MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& model_info) {
+  MapResult r;
+  if (!body.is_object()) {
+    r.error = bad_request("the request body must be a JSON object");
+    return r;
+  }
+  GenerateRequest& req = r.mapped.request;
+  // OpenAI's defaults, not the runtime's: temperature 1, no top-k / top-p / min-p cut.
+  req.sampling.temperature = 1.0f;
+  req.sampling.top_k = 0;
+  req.sampling.top_p = 1.0f;
+  req.sampling.min_p = 0.0f;
+  MapContext ctx{endpoint, model_info, r.mapped};
+  const FieldTable& table = field_table(endpoint);
+  for (const auto& [key, value] : body.items()) {
+    auto h = table.find(key);
+    if (h == table.end()) {
+      r.error = unsupported(key);
+      return r;
+    }
+    if (value.is_null()) continue;  // an explicit null is the field's default
+    if (auto e = h->second(value, ctx)) {
+      r.error = std::move(e);
+      return r;
+    }
+  }
+  if (!ctx.input_given) {
+    r.error = endpoint == Endpoint::kChatCompletions
+                  ? bad_request("'messages' is required", "messages")
+                  : bad_request("'prompt' is required", "prompt");
+    return r;
+  }
+  if (ctx.stream_options_given && !r.mapped.stream) {
+    r.error =
+        bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    return r;
+  }
+  if (!ctx.max_tokens_given) {
+    req.max_tokens = -1;
+    req.max_tokens_up_to_context = true;
+  }
+  if (!ctx.seed_given) {
+    // OpenAI samples differently on every unseeded request.
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    req.sampling.seed = rng();
+  }
+  return r;
+}
+
+std::string finish_reason(const Completion& c) {
+  return c.finish == Finish::kStop ? "stop" : "length";
+}
+
+json usage_json(const Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+}
+
+json chat_response(const ResponseMeta& meta, const Completion& c) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", c.text}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish_reason(c)}};
+  return json{
+      {"id", meta.id},       {"object", "chat.completion"},      {"created", meta.created},
+      {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
+}
+
+json completion_response(const ResponseMeta& meta, const Completion& c) {
+  json choice = {
+      {"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c)}};
+  return json{
+      {"id", meta.id},       {"object", "text_completion"},      {"created", meta.created},
+      {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
+}
+
+json chat_chunk(const ResponseMeta& meta, const std::string* role, const std::string* delta_text,
+                const std::string* finish, bool with_usage_null) {
+  json delta = json::object();
+  if (role != nullptr) delta["role"] = *role;
+  if (delta_text != nullptr) delta["content"] = *delta_text;
+  json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
+  json j = {{"id", meta.id},
+            {"object", "chat.completion.chunk"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})}};
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json completion_chunk(const ResponseMeta& meta, const std::string& text, const std::string* finish,
+                      bool with_usage_null) {
+  json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
+  json j = {{"id", meta.id},
+            {"object", "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})}};
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u) {
+  return json{{"id", meta.id},
+              {"object", endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk"
+                                                                : "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", json::array()},
+              {"usage", usage_json(u)}};
+}
+
+std::string to_wire(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace power::server

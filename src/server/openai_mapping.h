@@ -1,0 +1,84 @@
+// OpenAI JSON <-> runtime requests: the one place where the service translates.
+//
+// map_chat_request / map_completion_request read a parsed request body field by field: every
+// field is either honoured (mapped onto GenerateRequest) or rejected with a 400 that names it;
+// nothing is silently ignored. The field handlers live in one table per endpoint in
+// openai_mapping.cpp, grouped by feature, so a new field group is one new block there.
+// The response builders produce OpenAI's shapes (chat.completion, chat.completion.chunk,
+// text_completion) and its error body {"error":{"message","type","param","code"}}.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "power/request.h"
+#include "power/runtime.h"
+#include "power/status.h"
+
+namespace power::server {
+
+// An answer other than 200, in OpenAI's error shape.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+nlohmann::json error_body(const ApiError& e);
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+// The HTTP answer for a runtime Status (kQueueFull 429, kDeadlineExceeded 503, ...).
+ApiError error_from_status(const Status& status);
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+// What a request asks for beyond the runtime request itself.
+struct MappedRequest {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+  GenerateRequest request;  // callbacks left empty
+};
+
+struct MapResult {
+  std::optional<ApiError> error;
+  MappedRequest mapped;
+};
+
+// `model_info` is the model the request names (for token-id checks); the caller looks the
+// model up first with request_model_name().
+MapResult map_request(Endpoint endpoint, const nlohmann::json& body, const ModelInfo& model_info);
+// The body's "model" (400 when the body is not an object or the field is missing / not a
+// string).
+std::optional<ApiError> request_model_name(const nlohmann::json& body, std::string* model);
+
+// Response identity shared by a request's answer and all its chunks.
+struct ResponseMeta {
+  std::string id;  // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+std::string finish_reason(const Completion& c);  // "stop" or "length"
+nlohmann::json usage_json(const Usage& u);
+nlohmann::json chat_response(const ResponseMeta& meta, const Completion& c);
+nlohmann::json completion_response(const ResponseMeta& meta, const Completion& c);
+// One streamed chunk. `delta_text` / `role` / `finish` absent when empty; `with_usage_null`
+// adds "usage": null as OpenAI does on every chunk when include_usage is set.
+nlohmann::json chat_chunk(const ResponseMeta& meta, const std::string* role,
+                          const std::string* delta_text, const std::string* finish,
+                          bool with_usage_null);
+nlohmann::json completion_chunk(const ResponseMeta& meta, const std::string& text,
+                                const std::string* finish, bool with_usage_null);
+// The final usage chunk (choices: []).
+nlohmann::json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u);
+
+// JSON text for the wire: invalid UTF-8 in generated text is replaced, never thrown on.
+std::string to_wire(const nlohmann::json& j);
+
+}  // namespace power::server

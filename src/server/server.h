@@ -1,0 +1,76 @@
+// `power serve`: the OpenAI-compatible HTTP service over the runtime.
+//
+// Layers: transport (cpp-httplib, HTTP/1.1 with keep-alive, optional TLS) -> this file's
+// handlers (auth, request ids, limits, SSE framing, metrics) -> openai_mapping (the only
+// OpenAI <-> runtime translation) -> power::Runtime (queueing, batching, memory).
+// Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
+// /v1/models/{id}; GET /health, /health/live, /health/ready, /metrics; GET /api/ps;
+// POST /api/pull (SSE progress), /api/load, /api/unload; DELETE /api/delete.
+// See docs/SERVER.md for the contract.
+// Thread-safety: start() once, then wait() on one thread; shutdown() from any thread
+// (a signal-watching thread): it stops accepting, lets running requests finish (up to
+// drain_timeout_s, then cancels them) and makes wait() return.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "power/runtime.h"
+#include "power/status.h"
+
+namespace power::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (port() tells which)
+  std::vector<std::string> models;  // files or store names loaded at start
+  std::string api_key_file;         // one key per line (or sha256:<hex>); empty: no auth
+  std::string tls_cert, tls_key;    // both set: HTTPS
+  uint64_t max_body_bytes = 16ull << 20;
+  int http_threads = 256;  // connections served at once (each stream holds one)
+  int read_timeout_s = 30;
+  int write_timeout_s = 30;
+  int keep_alive_timeout_s = 5;
+  int queue_timeout_s = 0;  // > 0: a request still waiting after this long gets 503
+  int drain_timeout_s = 30;
+  // Runtime load options for every model this server loads.
+  LoadOptions load;
+  std::string store_home;  // empty: $POWER_HOME / default (for /api/pull and /api/delete)
+  // What "-m" / "model" in /api/load names -> a file path (the CLI resolves store names).
+  std::function<Result<std::string>(const std::string&)> resolve_model;
+  bool log_requests = true;
+};
+
+// Applies a JSON config file's keys (the long flag names, '-' or '_') onto `options`;
+// unknown keys and wrong types are errors.
+Status apply_config_json(const nlohmann::json& config, ServerOptions* options);
+Status apply_config_file(const std::string& path, ServerOptions* options);
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> create(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Loads the configured models and binds the socket.
+  Status start();
+  int port() const;
+  bool tls() const;
+  // Serves until shutdown(); returns once running requests are drained.
+  Status wait();
+  void shutdown();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace power::server

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# ctest entry for the OpenAI-client e2e tests: skips (exit 77) when Node.js or the npm modules
+# are missing on a user's machine, fails under CI=true. Modules come from `npm ci` in this
+# directory (scripts/test.sh runs it).
+set -uo pipefail
+cd "$(dirname "$0")"
+skip() {
+  if [[ "${CI:-}" == "true" ]]; then
+    echo "openai e2e: $1 (CI=true: failing)" >&2
+    exit 1
+  fi
+  echo "openai e2e: $1; skipping" >&2
+  exit 77
+}
+# ../shared next to the checkout unless POWER_SHARED_DIR says otherwise (as tests/test_util).
+if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../../.. && pwd)/../shared"; fi
+export POWER_SHARED_DIR
+command -v node >/dev/null || skip "node not found"
+[[ -d node_modules/openai ]] || skip "node_modules missing (run: npm ci in tests/e2e/openai)"
+[[ -f "${POWER_SHARED_DIR:-}/models/stories260K/stories260K-F32.gguf" ]] ||
+  skip "stories260K not found under POWER_SHARED_DIR=${POWER_SHARED_DIR:-}"
+exec node --test --test-concurrency=1 openai.test.mjs

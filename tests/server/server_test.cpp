@@ -1,0 +1,614 @@
+// HTTP-level tests of the OpenAI-compatible service: a power::server::Server in this process
+// on 127.0.0.1 (ephemeral port) serving stories260K, spoken to over raw sockets so that the
+// exact bytes (SSE framing, chunked encoding, garbage) are what the tests see.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/api_keys.h"
+#include "server/server.h"
+#include "test_util.h"
+
+namespace power::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string stories(const std::string& f) {
+  return testing::shared_dir() + "/models/stories260K/" + f;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct HttpResponse {
+  bool ok = false;  // a complete HTTP response arrived
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+// Sends `raw` bytes to 127.0.0.1:port and reads one HTTP/1.1 response (Content-Length or
+// chunked), with a receive timeout so a hung server fails the test instead of blocking it.
+HttpResponse http_exchange(int port, const std::string& raw, int timeout_s = 30) {
+  HttpResponse r;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return r;
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return r;
+  }
+  size_t sent = 0;
+  while (sent < raw.size()) {
+    ssize_t n = ::send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server may answer (413) before reading everything
+    sent += static_cast<size_t>(n);
+  }
+  std::string in;
+  char buf[65536];
+  auto have_full = [&]() -> bool {
+    size_t he = in.find("\r\n\r\n");
+    if (he == std::string::npos) return false;
+    std::string head = in.substr(0, he);
+    std::string lower = head;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string rest = in.substr(he + 4);
+    if (lower.find("transfer-encoding: chunked") != std::string::npos) {
+      return rest.find("0\r\n\r\n") != std::string::npos &&
+             (rest.starts_with("0\r\n\r\n") || rest.find("\r\n0\r\n\r\n") != std::string::npos);
+    }
+    size_t cl = lower.find("content-length:");
+    if (cl == std::string::npos) return true;
+    size_t len = std::strtoul(lower.c_str() + cl + 15, nullptr, 10);
+    return rest.size() >= len;
+  };
+  while (!have_full()) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  size_t he = in.find("\r\n\r\n");
+  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
+  r.status = std::atoi(in.c_str() + 9);
+  std::istringstream hs(in.substr(0, he));
+  std::string line;
+  std::getline(hs, line);
+  while (std::getline(hs, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    r.headers[name] = value;
+  }
+  std::string rest = in.substr(he + 4);
+  if (r.headers["transfer-encoding"] == "chunked") {
+    size_t pos = 0;
+    while (true) {
+      size_t eol = rest.find("\r\n", pos);
+      if (eol == std::string::npos) return r;
+      size_t n = std::strtoul(rest.substr(pos, eol - pos).c_str(), nullptr, 16);
+      if (n == 0) break;
+      if (eol + 2 + n > rest.size()) return r;
+      r.body += rest.substr(eol + 2, n);
+      pos = eol + 2 + n + 2;
+    }
+  } else {
+    r.body = rest;
+    if (r.headers.count("content-length") != 0 &&
+        r.body.size() != std::stoul(r.headers["content-length"])) {
+      return r;
+    }
+  }
+  r.ok = true;
+  return r;
+}
+
+std::string request(const std::string& method, const std::string& path, const std::string& body,
+                    const std::string& extra_headers = "") {
+  return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + extra_headers + "\r\n" + body;
+}
+
+HttpResponse post(int port, const std::string& path, const std::string& body,
+                  const std::string& headers = "") {
+  return http_exchange(port, request("POST", path, body, headers));
+}
+HttpResponse get(int port, const std::string& path, const std::string& headers = "") {
+  return http_exchange(port, request("GET", path, "", headers));
+}
+
+// Checks OpenAI's error shape and returns the parsed error object.
+json expect_error(const HttpResponse& r, int status) {
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.body;
+  if (j.is_discarded() || !j.contains("error")) {
+    ADD_FAILURE() << "not an error body: " << r.body;
+    return json::object();
+  }
+  const json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
+  EXPECT_TRUE(e["type"].is_string());
+  EXPECT_TRUE(e.contains("param") && (e["param"].is_null() || e["param"].is_string()));
+  EXPECT_TRUE(e.contains("code") && (e["code"].is_null() || e["code"].is_string()));
+  return e;
+}
+
+// The SSE events of a body: every event must be one "data: ..." line followed by a blank line.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> events;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "unterminated event at " << pos;
+    if (end == std::string::npos) break;
+    std::string ev = body.substr(pos, end - pos);
+    EXPECT_TRUE(ev.starts_with("data: ")) << ev;
+    EXPECT_EQ(ev.find('\n'), std::string::npos) << ev;
+    events.push_back(ev.substr(6));
+    pos = end + 2;
+  }
+  return events;
+}
+
+class ServerFixture : public ::testing::Test {
+ protected:
+  void start(ServerOptions o) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.log_requests = false;
+    auto s = Server::create(std::move(o));
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    server_ = std::move(*s);
+    Status st = server_->start();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_->port();
+    thread_ = std::thread([this] { (void)server_->wait(); });
+  }
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    ServerOptions o;
+    o.models = {stories("stories260K-F32.gguf")};
+    o.max_body_bytes = 1 << 20;
+    o.load.n_ctx = 512;
+    o.load.threads = 1;
+    start(std::move(o));
+  }
+  void TearDown() override {
+    if (server_) server_->shutdown();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+constexpr const char* kModel = "stories260K-F32";
+
+TEST_F(ServerFixture, ModelsAreListedByFileName) {
+  POWER_REQUIRE_SHARED();
+  auto r = get(port_, "/v1/models");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.status, 200);
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], kModel);
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  auto one = get(port_, std::string("/v1/models/") + kModel);
+  EXPECT_EQ(one.status, 200);
+  EXPECT_EQ(json::parse(one.body)["id"], kModel);
+  auto e = expect_error(get(port_, "/v1/models/nope"), 404);
+  EXPECT_EQ(e["code"], "model_not_found");
+}
+
+// The greedy continuation of "Once upon a time" is llama.cpp's (fixture from llama-cli).
+TEST_F(ServerFixture, GreedyCompletionEqualsLlamaCpp) {
+  POWER_REQUIRE_SHARED();
+  json body = {
+      {"model", kModel}, {"prompt", "Once upon a time"}, {"max_tokens", 64}, {"temperature", 0}};
+  auto r = post(port_, "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_TRUE(j["id"].get<std::string>().starts_with("cmpl-"));
+  std::string text = j["choices"][0]["text"];
+  const std::string expected =
+      read_text(stories("expected_llama-cli_greedy_prompt-Once-upon-a-time_n64.txt"));
+  EXPECT_NE(expected.find(text), std::string::npos) << text;
+  EXPECT_GT(text.size(), 100u);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 64);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);  // BOS + 4 tokens (the fixture's ids)
+  EXPECT_EQ(j["usage"]["total_tokens"], 69);
+  EXPECT_FALSE(r.headers["x-request-id"].empty());
+}
+
+TEST_F(ServerFixture, ChatStreamFramingMatchesNonStreamedAnswer) {
+  POWER_REQUIRE_SHARED();
+  json body = {{"model", kModel},
+               {"messages", {{{"role", "user"}, {"content", "Tell a story"}}}},
+               {"max_tokens", 40},
+               {"temperature", 0}};
+  auto plain = post(port_, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  json pj = json::parse(plain.body);
+  EXPECT_EQ(pj["object"], "chat.completion");
+  EXPECT_EQ(pj["choices"][0]["message"]["role"], "assistant");
+  const std::string want = pj["choices"][0]["message"]["content"];
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto s = post(port_, "/v1/chat/completions", body.dump());
+  ASSERT_TRUE(s.ok);
+  ASSERT_EQ(s.status, 200);
+  EXPECT_TRUE(s.headers["content-type"].starts_with("text/event-stream"));
+  auto events = sse_events(s.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["usage"].is_null());
+  std::string got;
+  std::string finish;
+  for (size_t i = 1; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["id"], first["id"]);
+    if (c["choices"][0]["delta"].contains("content")) got += c["choices"][0]["delta"]["content"];
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(finish, pj["choices"][0]["finish_reason"]);
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], pj["usage"]["completion_tokens"]);
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], pj["usage"]["prompt_tokens"]);
+}
+
+TEST_F(ServerFixture, CompletionStreamWithoutUsageEndsWithFinishAndDone) {
+  POWER_REQUIRE_SHARED();
+  json body = {{"model", kModel},
+               {"prompt", "Once upon a time"},
+               {"max_tokens", 8},
+               {"temperature", 0},
+               {"stream", true}};
+  auto s = post(port_, "/v1/completions", body.dump());
+  ASSERT_EQ(s.status, 200);
+  auto events = sse_events(s.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json fin = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(fin.contains("usage"));
+}
+
+TEST_F(ServerFixture, BadInputsGetOpenAiErrors) {
+  POWER_REQUIRE_SHARED();
+  auto chat = [&](const std::string& body) { return post(port_, "/v1/chat/completions", body); };
+  expect_error(chat("{not json"), 400);
+  expect_error(chat("[1,2]"), 400);
+  // Invalid UTF-8 inside a JSON string.
+  expect_error(chat(std::string("{\"model\":\"") + kModel +
+                    "\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}"),
+               400);
+  json ok = {{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  auto with = [&](const std::string& key, json value) {
+    json b = ok;
+    b[key] = std::move(value);
+    return chat(b.dump());
+  };
+  EXPECT_EQ(expect_error(with("frobnicate", 1), 400)["param"], "frobnicate");
+  EXPECT_EQ(expect_error(with("response_format", {{"type", "text"}}), 400)["param"],
+            "response_format");
+  EXPECT_EQ(expect_error(with("temperature", "hot"), 400)["param"], "temperature");
+  EXPECT_EQ(expect_error(with("temperature", 3), 400)["param"], "temperature");
+  EXPECT_EQ(expect_error(with("max_tokens", -5), 400)["param"], "max_tokens");
+  EXPECT_EQ(expect_error(with("max_tokens", 1.5), 400)["param"], "max_tokens");
+  EXPECT_EQ(expect_error(with("n", 2), 400)["param"], "n");
+  EXPECT_EQ(expect_error(with("stop", 7), 400)["param"], "stop");
+  EXPECT_EQ(expect_error(with("logit_bias", {{"999999", 1}}), 400)["param"], "logit_bias");
+  EXPECT_EQ(expect_error(with("stream_options", {{"include_usage", true}}), 400)["param"],
+            "stream_options");
+  EXPECT_EQ(expect_error(with("messages", json::array()), 400)["param"], "messages");
+  EXPECT_EQ(expect_error(with("messages", {{{"role", "wizard"}, {"content", "x"}}}), 400)["param"],
+            "messages[0].role");
+  EXPECT_EQ(
+      expect_error(with("messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}),
+                   400)["param"],
+      "messages[0].content[0].type");
+  EXPECT_EQ(expect_error(with("model", "gpt-4"), 404)["code"], "model_not_found");
+  // A prompt longer than the context (512) is rejected, never truncated.
+  json big = {{"model", kModel}, {"prompt", json::array()}, {"max_tokens", 10}};
+  for (int i = 0; i < 600; ++i) big["prompt"].push_back(100);
+  expect_error(post(port_, "/v1/completions", big.dump()), 400);
+  // Embeddings: no embedding model yet.
+  EXPECT_EQ(
+      expect_error(post(port_, "/v1/embeddings", json{{"model", kModel}, {"input", "x"}}.dump()),
+                   400)["code"],
+      "not_an_embedding_model");
+  expect_error(get(port_, "/no/such/route"), 404);
+  // Still serving.
+  EXPECT_EQ(chat(json{{"model", kModel},
+                      {"messages",
+                       {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}},
+                      {"max_tokens", 2}}
+                     .dump())
+                .status,
+            200);
+}
+
+TEST_F(ServerFixture, HugeBodyIs413) {
+  POWER_REQUIRE_SHARED();
+  std::string body = "{\"model\":\"x\",\"prompt\":\"" + std::string(2 << 20, 'a') + "\"}";
+  auto e = expect_error(post(port_, "/v1/completions", body), 413);
+  EXPECT_EQ(e["code"], "body_too_large");
+  EXPECT_EQ(get(port_, "/health").status, 200);
+}
+
+TEST_F(ServerFixture, RequestIdIsEchoedOrGenerated) {
+  POWER_REQUIRE_SHARED();
+  auto r = get(port_, "/v1/models", "X-Request-ID: abc-123\r\n");
+  EXPECT_EQ(r.headers["x-request-id"], "abc-123");
+  auto g1 = get(port_, "/v1/models");
+  auto g2 = get(port_, "/v1/models");
+  EXPECT_EQ(g1.headers["x-request-id"].size(), 32u);
+  EXPECT_NE(g1.headers["x-request-id"], g2.headers["x-request-id"]);
+}
+
+TEST_F(ServerFixture, HealthMetricsAndPs) {
+  POWER_REQUIRE_SHARED();
+  auto h = get(port_, "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json::parse(h.body)["ready"], true);
+  ASSERT_EQ(post(port_, "/v1/completions",
+                 json{{"model", kModel}, {"prompt", "Once"}, {"max_tokens", 3}}.dump())
+                .status,
+            200);
+  auto m = get(port_, "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("power_completion_tokens_total 3\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("power_time_to_first_token_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(m.body.find("power_queue_depth{model=\"stories260K-F32\"} 0"), std::string::npos);
+  EXPECT_NE(m.body.find("power_kv_blocks_used{model=\"stories260K-F32\"}"), std::string::npos);
+  auto ps = json::parse(get(port_, "/api/ps").body);
+  ASSERT_EQ(ps["models"].size(), 1u);
+  EXPECT_EQ(ps["models"][0]["name"], kModel);
+  EXPECT_EQ(ps["models"][0]["digest"].get<std::string>().size(), 7u + 64u);
+  EXPECT_GT(ps["models"][0]["size_bytes"].get<uint64_t>(), 1000000u);  // 1.1 MB of F32 weights
+}
+
+// A client that disconnects mid-stream cancels its generation: the EOS token is banned so the
+// request would otherwise run to max_tokens.
+TEST_F(ServerFixture, DisconnectMidStreamCancels) {
+  POWER_REQUIRE_SHARED();
+  json body = {{"model", kModel},
+               {"prompt", "Once upon a time"},
+               {"max_tokens", 480},
+               {"logit_bias", {{"2", -100}}},
+               {"stream", true}};
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string raw = request("POST", "/v1/completions", body.dump());
+  ASSERT_EQ(::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL), static_cast<ssize_t>(raw.size()));
+  char buf[256];
+  ASSERT_GT(::recv(fd, buf, sizeof(buf), 0), 0);  // headers / first chunk arrived
+  ::close(fd);
+  // The server notices on its next write and cancels; poll /metrics for the outcome.
+  std::string metrics;
+  for (int i = 0; i < 200; ++i) {
+    metrics = get(port_, "/metrics").body;
+    if (metrics.find("power_client_cancellations_total 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(metrics.find("power_client_cancellations_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("power_active_generations 0\n"), std::string::npos);
+  EXPECT_EQ(metrics.find("power_completion_tokens_total 480\n"), std::string::npos);
+}
+
+TEST_F(ServerFixture, UnloadAndLoadAgain) {
+  POWER_REQUIRE_SHARED();
+  auto u = post(port_, "/api/unload", json{{"model", kModel}}.dump());
+  ASSERT_EQ(u.status, 200) << u.body;
+  EXPECT_TRUE(json::parse(get(port_, "/v1/models").body)["data"].empty());
+  EXPECT_EQ(get(port_, "/health").status, 503);  // alive, but not ready: no model
+  EXPECT_EQ(get(port_, "/health/live").status, 200);
+  expect_error(post(port_, "/v1/completions", json{{"model", kModel}, {"prompt", "x"}}.dump()),
+               404);
+  expect_error(post(port_, "/api/unload", json{{"model", kModel}}.dump()), 404);
+  auto l = post(port_, "/api/load", json{{"model", stories("stories260K-F32.gguf")}}.dump());
+  ASSERT_EQ(l.status, 200) << l.body;
+  EXPECT_EQ(json::parse(l.body)["id"], kModel);
+  EXPECT_EQ(post(port_, "/v1/completions",
+                 json{{"model", kModel}, {"prompt", "Once"}, {"max_tokens", 2}}.dump())
+                .status,
+            200);
+  expect_error(post(port_, "/api/load", json{{"model", "/nonexistent.gguf"}}.dump()), 404);
+}
+
+// 1,000 garbage requests: random bytes, broken HTTP, and JSON bodies each carrying at least
+// one defect. The server answers each with a well-formed error (or closes a connection whose
+// bytes are not HTTP at all) and keeps serving.
+TEST_F(ServerFixture, ThousandGarbageRequestsLeaveTheServerUp) {
+  POWER_REQUIRE_SHARED();
+  std::mt19937 rng(20261129);
+  auto rand_bytes = [&](size_t n) {
+    std::string s(n, '\0');
+    for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+    return s;
+  };
+  const std::vector<std::string> paths = {"/v1/chat/completions", "/v1/completions",
+                                          "/v1/embeddings", "/api/load", "/api/pull"};
+  const std::vector<json> bad_values = {
+      json(nullptr), json(-1),       json(1e300), json("x"),
+      json::array(), json::object(), json(true),  json::array({1, "a"})};
+  const std::vector<std::string> keys = {
+      "messages", "prompt", "max_tokens", "temperature",    "top_p", "stop",  "seed", "logit_bias",
+      "n",        "stream", "model",      "stream_options", "top_k", "min_p", "user", "zzz"};
+  int answered = 0;
+  for (int i = 0; i < 1000; ++i) {
+    std::string raw;
+    const std::string& path = paths[rng() % paths.size()];
+    switch (i % 4) {
+      case 0:  // not HTTP
+        raw = rand_bytes(1 + rng() % 300) + "\r\n\r\n";
+        break;
+      case 1:  // HTTP with a random body
+        raw = request("POST", path, rand_bytes(rng() % 500));
+        break;
+      case 2: {  // a valid request with one field made wrong
+        json b = {{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+        if (path == "/v1/completions") b = {{"model", kModel}, {"prompt", "hi"}};
+        std::string key = keys[rng() % keys.size()];
+        json v = bad_values[rng() % bad_values.size()];
+        if (v.is_null() || (key == "user" && v.is_string()) || (key == "stop" && v.is_string()) ||
+            (key == "seed" && v.is_number_integer()) ||
+            (key == "stop" && v.is_array() && v.empty()) ||
+            (key == "logit_bias" && v.is_object())) {
+          key = "zzz";  // a value that would be valid: use an unknown field instead
+        }
+        b[key] = v;
+        b["max_tokens"] = b.contains("max_tokens") ? b["max_tokens"] : json(1);
+        if (key != "max_tokens") b["unknown_" + std::to_string(i)] = 1;
+        raw = request("POST", path, b.dump());
+        break;
+      }
+      default: {  // broken HTTP framing
+        std::vector<std::string> heads = {
+            "POST " + path + " HTTP/1.1\r\nContent-Length: abc\r\nConnection: close\r\n\r\n",
+            "GET /" + rand_bytes(20) + " HTTP/1.1\r\n\r\n",
+            "POST " + path + " HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "BREW " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "POST " + path + " HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{\"a\"}",
+        };
+        raw = heads[rng() % heads.size()];
+        break;
+      }
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    HttpResponse r = http_exchange(port_, raw, 10);
+    auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (secs > 2)
+      ADD_FAILURE() << "request " << i << " took " << secs << " s: " << raw.substr(0, 120);
+    if (!r.ok) continue;  // connection closed without an answer: allowed for non-HTTP bytes
+    ++answered;
+    EXPECT_GE(r.status, 400) << "request " << i << ": " << raw.substr(0, 200);
+    if (!r.body.empty()) {
+      json j = json::parse(r.body, nullptr, false);
+      EXPECT_TRUE(!j.is_discarded() && j.contains("error") && j["error"].contains("message"))
+          << "request " << i << " got: " << r.body.substr(0, 200);
+    } else {
+      ADD_FAILURE() << "request " << i << ": empty error body, status " << r.status;
+    }
+  }
+  EXPECT_GT(answered, 500);
+  EXPECT_EQ(get(port_, "/health").status, 200);
+  EXPECT_EQ(post(port_, "/v1/completions",
+                 json{{"model", kModel}, {"prompt", "Once"}, {"max_tokens", 2}}.dump())
+                .status,
+            200);
+}
+
+class AuthServer : public ServerFixture {
+ protected:
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    dir_ = testing::make_temp_dir("power_server_keys");
+    std::ofstream(dir_ + "/keys")
+        << "# keys\nsk-alpha\n\nsha256:"
+        // sha256("sk-beta"), computed by `printf sk-beta | sha256sum`
+        << "c29d79ad08b23ba5095b823d0b2e777320983be14c1150de96d07a86da5cd78c"
+        << "\n";
+    ServerOptions o;
+    o.models = {stories("stories260K-F32.gguf")};
+    o.api_key_file = dir_ + "/keys";
+    o.load.threads = 1;
+    start(std::move(o));
+  }
+  void TearDown() override {
+    ServerFixture::TearDown();
+    if (!dir_.empty()) testing::remove_tree(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(AuthServer, BearerKeysAreChecked) {
+  POWER_REQUIRE_SHARED();
+  EXPECT_EQ(expect_error(get(port_, "/v1/models"), 401)["code"], "invalid_api_key");
+  expect_error(get(port_, "/v1/models", "Authorization: Bearer sk-wrong\r\n"), 401);
+  expect_error(get(port_, "/v1/models", "Authorization: Basic sk-alpha\r\n"), 401);
+  EXPECT_EQ(get(port_, "/v1/models", "Authorization: Bearer sk-alpha\r\n").status, 200);
+  EXPECT_EQ(get(port_, "/v1/models", "Authorization: Bearer sk-beta\r\n").status, 200);
+  EXPECT_EQ(get(port_, "/health").status, 200);
+}
+
+TEST(ApiKeys, HashedLinesMatchTheirKeys) {
+  // sha256("abc") from FIPS 180-2, appendix B.1.
+  auto keys = ApiKeys::parse(
+      "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\nplain\n");
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), 2u);
+  EXPECT_TRUE(keys->check_key("abc"));
+  EXPECT_TRUE(keys->check_key("plain"));
+  EXPECT_FALSE(keys->check_key("abd"));
+  EXPECT_FALSE(keys->check_key(""));
+  EXPECT_TRUE(keys->check_header("Bearer abc"));
+  EXPECT_TRUE(keys->check_header("bearer plain"));
+  EXPECT_FALSE(keys->check_header("Bearer "));
+  EXPECT_FALSE(ApiKeys::parse("# only a comment\n").ok());
+  EXPECT_FALSE(ApiKeys::parse("sha256:zz\n").ok());
+}
+
+TEST(ServerConfig, JsonKeysMirrorFlags) {
+  ServerOptions o;
+  Status st = apply_config_json(json::parse(R"({"host":"0.0.0.0","port":9000,
+      "model":["a.gguf","b"],"max-running":4,"queue_timeout":3,"ctx":256})"),
+                                &o);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(o.host, "0.0.0.0");
+  EXPECT_EQ(o.port, 9000);
+  EXPECT_EQ(o.models, (std::vector<std::string>{"a.gguf", "b"}));
+  EXPECT_EQ(o.load.max_running, 4);
+  EXPECT_EQ(o.queue_timeout_s, 3);
+  EXPECT_EQ(o.load.n_ctx, 256);
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"prot":1})"), &o).ok());
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"port":"80"})"), &o).ok());
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"port":70000})"), &o).ok());
+}
+
+}  // namespace
+}  // namespace power::server
