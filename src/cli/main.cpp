@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   power::cli::add_store_commands(app);
 #endif
   power::cli::add_serve_commands(app);
+  power::cli::add_embed_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
