@@ -68,8 +68,12 @@ Status run_verify(const VerifyArgs& a, std::vector<receipt::VerifyCheck>& checks
     POWER_ASSIGN_OR_RETURN(std::string p, read_file_text(a.policy));
     POWER_ASSIGN_OR_RETURN(o.policy, parse_acceptance_policy(p));
   }
-  if (!a.request.empty()) POWER_ASSIGN_OR_RETURN(o.request_json, read_file_text(a.request));
-  if (!a.output.empty()) POWER_ASSIGN_OR_RETURN(o.output_text, read_file_text(a.output));
+  if (!a.request.empty()) {
+    POWER_ASSIGN_OR_RETURN(o.request_json, read_file_text(a.request));
+  }
+  if (!a.output.empty()) {
+    POWER_ASSIGN_OR_RETURN(o.output_text, read_file_text(a.output));
+  }
   if (!a.model.empty()) {
     POWER_ASSIGN_OR_RETURN(std::string path, resolve_model_path(a.model));
     POWER_ASSIGN_OR_RETURN(Sha256Digest d, sha256_file(path));

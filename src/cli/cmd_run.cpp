@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/structured_flags.h"
 #include "engine/sampler.h"
 #include "format/llama2c.h"
 #include "models/decoder.h"
@@ -48,6 +49,7 @@ Result<GgmlType> parse_kv_type(const std::string& s) {
 
 struct RunOptions {
   std::string model_path;
+  StructuredFlags structured;  // --json-schema, --json-object, --top-logprobs
   std::string prompt;
   bool chat = false;
   std::string system;
@@ -131,6 +133,7 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
   req.add_bos = !o.no_bos;
   req.want_receipt = !o.receipt_path.empty();
   req.policy = o.policy;
+  POWER_RETURN_IF_ERROR(apply_structured_flags(o.structured, req));
   req.on_stream = [](const StreamEvent& e) {
     std::fwrite(e.text.data(), 1, e.text.size(), stdout);
     std::fflush(stdout);
@@ -146,6 +149,7 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
   if (!o.output_path.empty()) POWER_RETURN_IF_ERROR(write_file_atomic(o.output_path, r.text));
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (o.structured.top_logprobs >= 0) print_logprobs(r, stderr);
   const double pre_s = r.timings.prefill_ms / 1000.0, dec_s = r.timings.decode_ms / 1000.0;
   const long long n_prompt = static_cast<long long>(r.usage.prompt_tokens);
   std::fprintf(stderr,
@@ -270,6 +274,7 @@ void add_run_commands(CLI::App& app) {
   run->add_option("--presence-penalty", o.sampling.presence_penalty, "Presence penalty");
   run->add_option("--seed", o.seed, "RNG seed (default: random)");
   run->add_option("--stop", o.stop, "Stop string (repeatable)");
+  add_structured_flags(run, o.structured);
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
   run->add_flag("--no-bos", o.no_bos, "Do not add the BOS token");
   run->add_option("-t,--threads", o.threads, "Threads (0 = all cores)");
