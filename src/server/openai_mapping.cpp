@@ -137,6 +137,7 @@ struct MapContext {
   bool max_tokens_given = false;
   bool stream_options_given = false;
   bool input_given = false;
+  int top_logprobs = -1;  // top_logprobs as given (applied after the loop: needs logprobs)
 };
 
 using FieldHandler = std::function<std::optional<ApiError>(const json& value, MapContext& ctx)>;
@@ -230,6 +231,19 @@ void add_chat_input_fields(FieldTable& t) {
           if (value.is_null()) continue;
           if (auto e = read_message_content(value, name + ".content", &msg.content)) return e;
           has_content = true;
+        } else if (key == "tool_calls") {  // grammar group: an assistant turn's calls
+          if (!value.is_array()) {
+            return bad_request(fmt::format("'{}.tool_calls' must be an array", name),
+                               name + ".tool_calls");
+          }
+          msg.tool_calls_json = value.dump();
+          has_content = true;  // content may be null when the turn is only calls
+        } else if (key == "tool_call_id" || key == "name") {
+          if (!value.is_string()) {
+            return bad_request(fmt::format("'{}.{}' must be a string", name, key),
+                               name + "." + key);
+          }
+          (key == "name" ? msg.name : msg.tool_call_id) = value.get<std::string>();
         } else {
           return unsupported(name + "." + key);
         }
@@ -400,10 +414,128 @@ void add_stream_fields(FieldTable& t) {
   };
 }
 
+// grammar (docs/STRUCTURED_OUTPUT.md): response_format, tools, tool_choice, logprobs,
+// top_logprobs. Shapes are checked here; schema/tool semantics by the runtime at submit (its
+// kInvalidArgument becomes a 400 naming the field and keyword).
+void add_grammar_fields(FieldTable& t) {
+  t["response_format"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    const std::string f = "response_format";
+    if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) {
+      return bad_request("'response_format' must be an object with a string 'type'", f);
+    }
+    const std::string type = v["type"].get<std::string>();
+    ResponseFormat& rf = c.out.request.response_format;
+    if (type == "text") {
+      rf.type = ResponseFormat::Type::kText;
+    } else if (type == "json_object") {
+      rf.type = ResponseFormat::Type::kJsonObject;
+    } else if (type == "json_schema") {
+      const json* js = v.contains("json_schema") ? &v["json_schema"] : nullptr;
+      if (js == nullptr || !js->is_object() || !js->contains("name") ||
+          !(*js)["name"].is_string()) {
+        return bad_request("'response_format.json_schema' must be an object with a 'name'",
+                           f + ".json_schema");
+      }
+      for (const auto& [k, x] : js->items()) {
+        if (k != "name" && k != "schema" && k != "strict" && k != "description") {
+          return unsupported(f + ".json_schema." + k);
+        }
+      }
+      const json schema = js->contains("schema") ? (*js)["schema"] : json::object();
+      if (!schema.is_object() && !schema.is_boolean()) {
+        return bad_request("'response_format.json_schema.schema' must be an object",
+                           f + ".json_schema.schema");
+      }
+      rf.type = ResponseFormat::Type::kJsonSchema;
+      rf.schema_json = schema.dump();
+    } else {
+      return bad_request("'response_format.type' must be text, json_object or json_schema",
+                         f + ".type");
+    }
+    return std::nullopt;
+  };
+  t["tools"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_array()) return bad_request("'tools' must be an array", "tools");
+    c.out.request.tools_json = v.dump();
+    return std::nullopt;
+  };
+  t["tool_choice"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_string() && !v.is_object()) {
+      return bad_request("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    c.out.request.tool_choice_json = v.dump();
+    return std::nullopt;
+  };
+  t["logprobs"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_boolean()) return bad_request("'logprobs' must be a boolean", "logprobs");
+    if (v.get<bool>() && c.out.request.top_logprobs < 0) c.out.request.top_logprobs = 0;
+    if (!v.get<bool>()) c.out.request.top_logprobs = -1;
+    return std::nullopt;
+  };
+  t["top_logprobs"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    int64_t n = 0;
+    if (auto e = read_integer(v, "top_logprobs", 0, 20, &n)) return e;
+    c.top_logprobs = static_cast<int>(n);
+    return std::nullopt;
+  };
+}
+
+// ---- field group: receipts and acceptance (docs/RECEIPTS.md) ----
+// power_policy: the caller's acceptance policy; a policy the model or configuration does not
+// meet is refused with 409 before any compute, and no server setting relaxes it.
+// power_receipt: true asks for the signed receipt (response body "power_receipt", header
+// X-Power-Receipt-SHA256; streamed: a final "power.receipt" event before [DONE]).
+void add_receipt_fields(FieldTable& t) {
+  t["power_policy"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return bad_request("'power_policy' must be an object", "power_policy");
+    auto policy = parse_acceptance_policy(v.dump());
+    if (!policy.ok()) return bad_request(policy.status().to_string(), "power_policy");
+    c.out.request.policy = *policy;
+    return std::nullopt;
+  };
+  t["power_receipt"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_bool(v, "power_receipt", &c.out.request.want_receipt);
+  };
+}
+
+// spec (docs/SPECULATIVE.md): speculative = {mode, k, s, adaptive}. Shapes and ranges are
+// checked here; whether the mode can run on this model (a draft model loaded, MTP heads) is
+// the runtime's to say at submit (its kInvalidArgument becomes a 400).
+void add_speculative_fields(FieldTable& t) {
+  t["speculative"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_object()) return bad_request("'speculative' must be an object", "speculative");
+    SpeculativeOptions o;
+    for (const auto& [key, value] : v.items()) {
+      const std::string name = "speculative." + key;
+      if (key == "mode") {
+        if (!value.is_string())
+          return bad_request(fmt::format("'{}' must be a string", name), name);
+        o.mode = value.get<std::string>();
+        if (o.mode != "off" && o.mode != "auto" && o.mode != "ngram" && o.mode != "draft" &&
+            o.mode != "mtp") {
+          return bad_request(fmt::format("'{}' must be off, auto, ngram, draft or mtp", name),
+                             name);
+        }
+      } else if (key == "k" || key == "s") {
+        int64_t n = 0;
+        if (auto e = read_integer(value, name, 1, 16, &n)) return e;
+        (key == "k" ? o.k : o.s) = static_cast<int>(n);
+      } else if (key == "adaptive") {
+        if (auto e = read_bool(value, name, &o.adaptive)) return e;
+      } else {
+        return unsupported(name);
+      }
+    }
+    c.out.request.speculative = std::move(o);
+    return std::nullopt;
+  };
+}
+
 // ---- field groups not implemented yet ----
 // These fields are not in the tables, so they get the generic 400 "unsupported field" until
 // their group is added here as add_<group>_fields(t) and called from field_table():
-//   grammar: response_format, tools, tool_choice, parallel_tool_calls, logprobs, top_logprobs
+//   grammar: parallel_tool_calls
 //   receipt: power_policy      spec: speculative
 
 const FieldTable& field_table(Endpoint endpoint) {
@@ -414,6 +546,7 @@ const FieldTable& field_table(Endpoint endpoint) {
     add_length_fields(t, /*chat=*/true);
     add_sampling_fields(t);
     add_stream_fields(t);
+    add_grammar_fields(t);
     return t;
   }();
   static const FieldTable completion = [] {
@@ -476,6 +609,13 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
         bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     return r;
   }
+  if (ctx.top_logprobs >= 0) {  // OpenAI: top_logprobs needs logprobs: true
+    if (req.top_logprobs < 0) {
+      r.error = bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+      return r;
+    }
+    req.top_logprobs = ctx.top_logprobs;
+  }
   if (!ctx.max_tokens_given) {
     req.max_tokens = -1;
     req.max_tokens_up_to_context = true;
@@ -489,9 +629,31 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
 }
 
 std::string finish_reason(const Completion& c) {
+  if (!c.tool_calls.empty()) return "tool_calls";
   return c.finish == Finish::kStop ? "stop" : "length";
 }
 
+namespace {
+
+// OpenAI's choices[].logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}.
+json logprob_entry(const TokenLogprob& t) {
+  json bytes = json::array();
+  for (unsigned char b : t.bytes) bytes.push_back(b);
+  return json{{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
+}
+
+}  // namespace
+
+json logprobs_json(const std::vector<TokenLogprobs>& lps) {
+  json content = json::array();
+  for (const TokenLogprobs& lp : lps) {
+    json e = logprob_entry(lp.chosen);
+    e["top_logprobs"] = json::array();
+    for (const TokenLogprob& t : lp.top) e["top_logprobs"].push_back(logprob_entry(t));
+    content.push_back(std::move(e));
+  }
+  return json{{"content", content}};
+}
 json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
@@ -504,6 +666,17 @@ json chat_response(const ResponseMeta& meta, const Completion& c) {
                  {"message", {{"role", "assistant"}, {"content", c.text}}},
                  {"logprobs", nullptr},
                  {"finish_reason", finish_reason(c)}};
+  if (!c.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCall& tc : c.tool_calls) {
+      calls.push_back({{"id", tc.id},
+                       {"type", "function"},
+                       {"function", {{"name", tc.name}, {"arguments", tc.arguments_json}}}});
+    }
+    choice["message"]["tool_calls"] = std::move(calls);
+    if (c.text.empty()) choice["message"]["content"] = nullptr;
+  }
+  if (!c.logprobs.empty()) choice["logprobs"] = logprobs_json(c.logprobs);
   return json{
       {"id", meta.id},       {"object", "chat.completion"},      {"created", meta.created},
       {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};

@@ -64,8 +64,10 @@ struct ResponseMeta {
   std::string model;
 };
 
-std::string finish_reason(const Completion& c);  // "stop" or "length"
+std::string finish_reason(const Completion& c);  // "stop", "length" or "tool_calls"
 nlohmann::json usage_json(const Usage& u);
+// choices[].logprobs as OpenAI shapes it: {"content": [{token, logprob, bytes, top_logprobs}]}.
+nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& logprobs);
 nlohmann::json chat_response(const ResponseMeta& meta, const Completion& c);
 nlohmann::json completion_response(const ResponseMeta& meta, const Completion& c);
 // One streamed chunk. `delta_text` / `role` / `finish` absent when empty; `with_usage_null`

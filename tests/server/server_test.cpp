@@ -329,8 +329,7 @@ TEST_F(ServerFixture, BadInputsGetOpenAiErrors) {
     return chat(b.dump());
   };
   EXPECT_EQ(expect_error(with("frobnicate", 1), 400)["param"], "frobnicate");
-  EXPECT_EQ(expect_error(with("response_format", {{"type", "text"}}), 400)["param"],
-            "response_format");
+  EXPECT_EQ(expect_error(with("parallel_tool_calls", false), 400)["param"], "parallel_tool_calls");
   EXPECT_EQ(expect_error(with("temperature", "hot"), 400)["param"], "temperature");
   EXPECT_EQ(expect_error(with("temperature", 3), 400)["param"], "temperature");
   EXPECT_EQ(expect_error(with("max_tokens", -5), 400)["param"], "max_tokens");
