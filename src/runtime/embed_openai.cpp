@@ -75,7 +75,7 @@ OpenAiError not_an_embedding_model(const std::string& model_id) {
   return bad("model '" + model_id +
                  "' is a text-generation model, not an embedding model; /v1/embeddings needs "
                  "an embedding model (e.g. a BERT-family GGUF)",
-             "model", "model_not_embedding");
+             "model", "not_an_embedding_model");
 }
 
 std::variant<json, OpenAiError> run_openai_embeddings(const json& body, EmbeddingModel& model,

@@ -46,6 +46,16 @@ std::optional<ApiError> required_string(const json& body, const char* key, std::
 }
 
 json loaded_json(const LoadedModel& m) {
+  if (m.embedding) {
+    const EmbeddingModelInfo& ei = m.embedding->info();
+    return json{{"id", m.id},
+                {"source", m.source},
+                {"kind", ei.kind},
+                {"arch", ei.arch},
+                {"n_ctx", ei.n_ctx},
+                {"weights_bytes", ei.weights_bytes},
+                {"workspace_bytes", ei.workspace_bytes}};
+  }
   const ModelInfo& info = m.handle.info();
   return json{{"id", m.id},
               {"source", m.source},

@@ -26,11 +26,18 @@ Result<std::shared_ptr<LoadedModel>> ModelRegistry::load(const std::string& file
   if (resolve_) {
     POWER_ASSIGN_OR_RETURN(path, resolve_(file_or_name));
   }
-  POWER_ASSIGN_OR_RETURN(ModelHandle handle, runtime_->load(path, options_));
   auto m = std::make_shared<LoadedModel>();
+  if (is_embedding_model_file(path)) {
+    EmbedOptions eo;  // microbatched: concurrent /v1/embeddings requests share passes
+    eo.threads = options_.threads;
+    eo.memory_budget_bytes = runtime_->budget_bytes();
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingModel> em, EmbeddingModel::open(path, eo));
+    m->embedding = std::move(em);
+  } else {
+    POWER_ASSIGN_OR_RETURN(m->handle, runtime_->load(path, options_));
+  }
   m->id = id;
   m->source = file_or_name;
-  m->handle = std::move(handle);
   m->created = std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
@@ -65,6 +72,7 @@ Status ModelRegistry::unload(const std::string& id) {
     }
   }
   if (!gone) return Status(StatusCode::kNotFound, "model not loaded").with("model", id);
+  if (gone->embedding) return Status();  // freed when the last request holding it ends
   return runtime_->unload(gone->handle);
 }
 

@@ -13,15 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "power/embed.h"
 #include "power/runtime.h"
 
 namespace power::server {
 
 struct LoadedModel {
   std::string id;
-  std::string source;  // what was asked for (file or store name)
-  ModelHandle handle;
-  int64_t created = 0;  // unix seconds of the load
+  std::string source;                         // what was asked for (file or store name)
+  ModelHandle handle;                         // generative models
+  std::shared_ptr<EmbeddingModel> embedding;  // embedding models (handle is then unused)
+  int64_t created = 0;                        // unix seconds of the load
 };
 
 class ModelRegistry {

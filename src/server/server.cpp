@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "runtime/embed_openai.h"
 #include "server/api_keys.h"
 #include "server/management.h"
 #include "server/metrics.h"
@@ -171,6 +172,12 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   if (auto e = request_model_name(*body, &model_id)) return send_error(res, *e);
   auto model = find_model(model_id, res);
   if (!model) return;
+  if (model->embedding) {
+    return send_error(res, bad_request(fmt::format("model {} is an embedding model: use "
+                                                   "/v1/embeddings",
+                                                   model_id),
+                                       "model", "model_not_generative"));
+  }
   MapResult mapped = map_request(endpoint, *body, model->handle.info());
   if (mapped.error) return send_error(res, *mapped.error);
   if (opts.log_requests && !mapped.mapped.user.empty()) {
@@ -393,9 +400,21 @@ void Server::Impl::register_routes() {
     if (!body) return;
     std::string model_id;
     if (auto e = request_model_name(*body, &model_id)) return send_error(res, *e);
-    if (!find_model(model_id, res)) return;
-    send_error(res, bad_request(fmt::format("model {} is not an embedding model", model_id),
-                                "model", "not_an_embedding_model"));
+    auto model = find_model(model_id, res);
+    if (!model) return;
+    auto to_api = [](const OpenAiError& o) {
+      ApiError e;
+      e.http_status = o.http_status;
+      e.message = o.message;
+      e.type = o.type;
+      e.param = o.param;
+      e.code = o.code;
+      return e;
+    };
+    if (!model->embedding) return send_error(res, to_api(not_an_embedding_model(model_id)));
+    auto out = run_openai_embeddings(*body, *model->embedding, model_id);
+    if (auto* err = std::get_if<OpenAiError>(&out)) return send_error(res, to_api(*err));
+    send_json(res, std::get<json>(out));
   });
 
   auto model_json = [](const LoadedModel& m) {
@@ -432,7 +451,9 @@ void Server::Impl::register_routes() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::vector<Metrics::ModelGauges> gauges;
-    for (const auto& m : registry->list()) gauges.push_back({m->id, m->handle.stats()});
+    for (const auto& m : registry->list()) {
+      if (!m->embedding) gauges.push_back({m->id, m->handle.stats()});
+    }
     int active_generations = 0;
     {
       std::lock_guard<std::mutex> lk(active_mu);
@@ -443,6 +464,17 @@ void Server::Impl::register_routes() {
   s.Get("/api/ps", [this](const httplib::Request&, httplib::Response& res) {
     json models = json::array();
     for (const auto& m : registry->list()) {
+      if (m->embedding) {
+        const EmbeddingModelInfo& ei = m->embedding->info();
+        models.push_back(json{{"name", m->id},
+                              {"model", m->source},
+                              {"kind", ei.kind},
+                              {"arch", ei.arch},
+                              {"n_ctx", ei.n_ctx},
+                              {"weights_bytes", ei.weights_bytes},
+                              {"workspace_bytes", ei.workspace_bytes}});
+        continue;
+      }
       const ModelInfo& info = m->handle.info();
       models.push_back(
           json{{"name", m->id},
