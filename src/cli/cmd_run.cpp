@@ -65,6 +65,10 @@ struct RunOptions {
   std::vector<std::string> stop;
   SamplerParams sampling;
   int64_t seed = -1;
+  std::string spec_mode = "off";  // --spec: speculative decoding (docs/SPECULATIVE.md)
+  int spec_k = 4;
+  bool spec_fixed_k = false;
+  std::string draft_model;
   std::string receipt_path;  // --receipt: write the signed receipt here
   std::string policy_path;   // --policy: the caller's acceptance policy (JSON)
   std::string output_path;   // --output: write exactly the generated text here
@@ -88,6 +92,12 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.step_token_budget = std::max<int64_t>(1, o.n_batch);
   lo.kv_type = o.kv_type;
   lo.threads = o.threads;
+  lo.speculative.mode = o.spec_mode;
+  lo.speculative.k = o.spec_k;
+  lo.speculative.adaptive = !o.spec_fixed_k;
+  if (!o.draft_model.empty()) {
+    POWER_ASSIGN_OR_RETURN(lo.draft_model, resolve_model_path(o.draft_model));
+  }
   POWER_ASSIGN_OR_RETURN(std::string model_path, resolve_model_path(o.model_path));
   POWER_ASSIGN_OR_RETURN(s.model, s.rt->load(model_path, lo));
   const ModelInfo& info = s.model.info();
@@ -158,6 +168,14 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
                n_prompt, pre_s, pre_s > 0 ? n_prompt / pre_s : 0.0, r.tokens.size(), dec_s,
                dec_s > 0 ? r.tokens.size() / dec_s : 0.0,
                std::string(finish_name(r.finish)).c_str());
+  if (r.speculative.mode != "off") {
+    const SpeculativeUsage& u = r.speculative;
+    std::fprintf(stderr,
+                 "speculative: %s, drafted %lld, accepted %lld (%.1f%%), %.2f tokens per target "
+                 "pass\n",
+                 u.mode.c_str(), static_cast<long long>(u.drafted),
+                 static_cast<long long>(u.accepted), 100.0 * u.acceptance_rate, u.tokens_per_pass);
+  }
   return r.text;
 }
 
@@ -281,6 +299,13 @@ void add_run_commands(CLI::App& app) {
   run->add_option("-c,--ctx", o.n_ctx, "Context size in tokens (default: the model's)");
   run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
   run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
+  run->add_option("--spec", o.spec_mode,
+                  "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model)");
+  run->add_option("--spec-k", o.spec_k, "Draft tokens per target pass, 1-16 (adaptive upper bound)")
+      ->capture_default_str();
+  run->add_flag("--spec-fixed-k", o.spec_fixed_k, "Always draft --spec-k tokens (no adaptive k)");
+  run->add_option("--draft-model", o.draft_model,
+                  "Draft model for --spec draft/auto (same vocabulary as -m)");
   run->add_flag("--verbose", o.verbose, "Print model, memory and thread information");
   run->add_option("--receipt", o.receipt_path,
                   "Write the signed execution receipt (power.receipt.v1) to this file");
