@@ -298,6 +298,53 @@ TEST(JsonSchemaGrammar, BadSchemasAreErrors) {
   EXPECT_FALSE(compile_json_schema(std::string_view("{not json")).ok());
 }
 
+TEST(JsonSchemaGrammar, HostileSchemasGiveErrorsNotCrashes) {
+  // Depth bombs: nesting beyond the compiler's limit is an error, not a stack overflow.
+  json deep = {{"type", "integer"}};
+  for (int i = 0; i < 300; ++i) deep = {{"type", "array"}, {"items", deep}};
+  EXPECT_FALSE(compile_json_schema(deep).ok());
+  // $ref cycles that consume nothing, through two definitions.
+  EXPECT_FALSE(
+      compile_json_schema(
+          json::parse(
+              R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"))
+          .ok());
+  // Random mutations of a valid schema: each compiles or fails cleanly, and whatever
+  // compiles still matches only JSON (checked on a few strings).
+  const std::string base =
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"string","maxLength":3},"minItems":1,"maxItems":2},"b":{"anyOf":[{"type":"integer"},{"enum":["x",null]}]},"c":{"$ref":"#/$defs/c"}},"required":["a"],"additionalProperties":false,"$defs":{"c":{"type":["number","null"]}}})";
+  std::mt19937 rng(5);
+  const std::string alphabet = "{}[]\":,0123456789abcnrstuxyz-#/$";
+  int compiled = 0;
+  for (int i = 0; i < 1500; ++i) {
+    std::string text = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          text.erase(pos, 1 + rng() % 6);
+          break;
+        default:
+          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+      }
+    }
+    auto g = compile_json_schema(std::string_view(text));
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << text;
+      continue;
+    }
+    ++compiled;
+    for (const char* bad : {"", "{", "{\"a\":[]", "nul", "[1,]"}) {
+      EXPECT_FALSE(matches(*g, bad)) << text << " accepted " << bad;
+    }
+  }
+  EXPECT_GT(compiled, 5);  // most mutations break the JSON itself
+}
+
 // ---- token masks ----
 
 // A small vocabulary with multi-byte and grammar-spanning tokens, and one EOG token.
