@@ -97,8 +97,9 @@ Result<json> chat_messages_json(const GenerateRequest& req) {
         return Status(StatusCode::kInvalidArgument, "tool_calls must be a JSON array")
             .with("message", i);
       }
+      // content stays a string ("" when the turn is only calls): templates such as ChatML
+      // concatenate it, and those that test it treat "" like null.
       m["tool_calls"] = std::move(calls);
-      if (msg.content.empty()) m["content"] = nullptr;
     }
     if (!msg.tool_call_id.empty()) m["tool_call_id"] = msg.tool_call_id;
     if (!msg.name.empty()) m["name"] = msg.name;
