@@ -611,3 +611,73 @@ TEST(ServerConfig, JsonKeysMirrorFlags) {
 
 }  // namespace
 }  // namespace power::server
+
+namespace power::server {
+namespace {
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+// HTTPS with a self-signed certificate made by `openssl req`, checked with curl.
+class TlsServer : public ServerFixture {
+ protected:
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    if (std::system("command -v openssl >/dev/null && command -v curl >/dev/null") != 0) return;
+    dir_ = testing::make_temp_dir("power_server_tls");
+    std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + dir_ +
+        "/key.pem -out " + dir_ + "/cert.pem >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) return;
+    ServerOptions o;
+    o.models = {stories("stories260K-F32.gguf")};
+    o.tls_cert = dir_ + "/cert.pem";
+    o.tls_key = dir_ + "/key.pem";
+    o.load.threads = 1;
+    start(std::move(o));
+  }
+  void TearDown() override {
+    ServerFixture::TearDown();
+    if (!dir_.empty()) testing::remove_tree(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(TlsServer, ServesHttpsWithTheGivenCertificate) {
+  POWER_REQUIRE_SHARED();
+  if (!server_) GTEST_SKIP() << "openssl or curl missing";
+  ASSERT_TRUE(server_->tls());
+  const std::string base = "https://127.0.0.1:" + std::to_string(port_);
+  // --cacert: the server must present exactly the certificate it was given.
+  std::string health = run_capture("curl -s --cacert " + dir_ + "/cert.pem " + base + "/health");
+  EXPECT_NE(health.find("\"ready\":true"), std::string::npos) << health;
+  std::string body = json{{"model", kModel}, {"prompt", "Once"}, {"max_tokens", 3}}.dump();
+  std::string out = run_capture("curl -s --cacert " + dir_ +
+                                "/cert.pem -H 'Content-Type: "
+                                "application/json' -d '" +
+                                body + "' " + base + "/v1/completions");
+  json j = json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  // Plain HTTP to the TLS port gets no HTTP answer.
+  EXPECT_FALSE(http_exchange(port_, request("GET", "/health", ""), 5).ok);
+}
+
+TEST(ServerCreate, MismatchedTlsOptionsAreRejected) {
+  ServerOptions o;
+  o.tls_cert = "/nonexistent/cert.pem";
+  EXPECT_FALSE(Server::create(o).ok());
+  o.tls_key = "/nonexistent/key.pem";
+  EXPECT_FALSE(Server::create(o).ok());
+}
+
+}  // namespace
+}  // namespace power::server
