@@ -128,7 +128,10 @@ test('chat: non-streamed and streamed answers agree, usage chunk at the end', as
   assert.equal(role, 'assistant');
   assert.equal(text, want);
   assert.equal(finish, whole.choices[0].finish_reason);
-  assert.deepEqual(usage, whole.usage);
+  // cached_tokens may differ: the second request reuses the first one's prompt KV blocks.
+  assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  assert.equal(usage.total_tokens, whole.usage.total_tokens);
 });
 
 test('errors: unknown model 404, bad field 400 naming it, n>1 400', async () => {
@@ -161,11 +164,15 @@ test('abort mid-stream cancels the generation on the server', async () => {
       stream: true },
     { signal: controller.signal });
   let chunks = 0;
-  await assert.rejects(async () => {
+  // Depending on timing the client ends the iteration quietly or throws its abort error.
+  try {
     for await (const _ of stream) {
       if (++chunks === 3) controller.abort();
     }
-  }, (e) => e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError');
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+  }
+  assert.ok(chunks >= 3 && chunks < 480, `chunks: ${chunks}`);  // buffered chunks may still arrive
   let m = '';
   for (let i = 0; i < 200; i++) {
     m = await metrics();
