@@ -70,6 +70,12 @@ ApiError error_from_status(const Status& status) {
       e.http_status = 400;
       e.code = "unsupported";
       break;
+    case StatusCode::kPolicyRefused:
+      // The caller's power_policy is not met by the model or configuration (docs/RECEIPTS.md).
+      e.http_status = 409;
+      e.param = "power_policy";
+      e.code = "policy_refused";
+      break;
     default:
       e.http_status = 500;
       e.type = "server_error";
@@ -509,39 +515,6 @@ void add_speculative_fields(FieldTable& t) {
     for (const auto& [key, value] : v.items()) {
       const std::string name = "speculative." + key;
       if (key == "mode") {
-        if (!value.is_string())
-          return bad_request(fmt::format("'{}' must be a string", name), name);
-        o.mode = value.get<std::string>();
-        if (o.mode != "off" && o.mode != "auto" && o.mode != "ngram" && o.mode != "draft" &&
-            o.mode != "mtp") {
-          return bad_request(fmt::format("'{}' must be off, auto, ngram, draft or mtp", name),
-                             name);
-        }
-      } else if (key == "k" || key == "s") {
-        int64_t n = 0;
-        if (auto e = read_integer(value, name, 1, 16, &n)) return e;
-        (key == "k" ? o.k : o.s) = static_cast<int>(n);
-      } else if (key == "adaptive") {
-        if (auto e = read_bool(value, name, &o.adaptive)) return e;
-      } else {
-        return unsupported(name);
-      }
-    }
-    c.out.request.speculative = std::move(o);
-    return std::nullopt;
-  };
-}
-
-// spec (docs/SPECULATIVE.md): speculative = {mode, k, s, adaptive}. Shapes and ranges are
-// checked here; whether the mode can run on this model (a draft model loaded, MTP heads) is
-// the runtime's to say at submit (its kInvalidArgument becomes a 400).
-void add_speculative_fields(FieldTable& t) {
-  t["speculative"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
-    if (!v.is_object()) return bad_request("'speculative' must be an object", "speculative");
-    SpeculativeOptions o;
-    for (const auto& [key, value] : v.items()) {
-      const std::string name = "speculative." + key;
-      if (key == "mode") {
         if (!value.is_string()) {
           return bad_request(fmt::format("'{}' must be a string", name), name);
         }
@@ -570,7 +543,6 @@ void add_speculative_fields(FieldTable& t) {
 // These fields are not in the tables, so they get the generic 400 "unsupported field" until
 // their group is added here as add_<group>_fields(t) and called from field_table():
 //   grammar: parallel_tool_calls
-//   receipt: power_policy
 
 const FieldTable& field_table(Endpoint endpoint) {
   static const FieldTable chat = [] {
@@ -581,6 +553,7 @@ const FieldTable& field_table(Endpoint endpoint) {
     add_sampling_fields(t);
     add_stream_fields(t);
     add_grammar_fields(t);
+    add_receipt_fields(t);
     add_speculative_fields(t);
     return t;
   }();
@@ -591,6 +564,7 @@ const FieldTable& field_table(Endpoint endpoint) {
     add_length_fields(t, /*chat=*/false);
     add_sampling_fields(t);
     add_stream_fields(t);
+    add_receipt_fields(t);
     add_speculative_fields(t);
     return t;
   }();
@@ -690,6 +664,7 @@ json logprobs_json(const std::vector<TokenLogprobs>& lps) {
   }
   return json{{"content", content}};
 }
+
 json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},

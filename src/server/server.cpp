@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "runtime/embed_openai.h"
 #include "server/api_keys.h"
 #include "server/management.h"
@@ -209,8 +210,13 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
     return send_error(res, error_from_status(c.status));
   }
   metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, false);
-  send_json(res, endpoint == Endpoint::kChatCompletions ? chat_response(meta, c)
-                                                        : completion_response(meta, c));
+  json answer = endpoint == Endpoint::kChatCompletions ? chat_response(meta, c)
+                                                       : completion_response(meta, c);
+  if (!c.receipt.empty()) {  // the exact signed bytes, and their digest (docs/RECEIPTS.md)
+    answer["power_receipt"] = c.receipt;
+    res.set_header("X-Power-Receipt-SHA256", sha256_hex(c.receipt));
+  }
+  send_json(res, answer);
 }
 
 void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& mapped,
@@ -290,6 +296,12 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
                            : completion_chunk(meta, "", &finish, include_usage);
           if (!send(to_wire(chunk))) return false;
           if (include_usage && !send(to_wire(usage_chunk(endpoint, meta, c.usage)))) {
+            return false;
+          }
+          if (!c.receipt.empty() && !send(to_wire(json{{"object", "power.receipt"},
+                                                       {"id", meta.id},
+                                                       {"sha256", sha256_hex(c.receipt)},
+                                                       {"receipt", c.receipt}}))) {
             return false;
           }
         }
