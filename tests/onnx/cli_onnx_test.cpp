@@ -1,0 +1,97 @@
+// The ONNX commands through the `power` binary: classify, vad, ocr, onnx inspect/run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "onnx_test_util.h"
+#include "run_util.h"
+
+namespace {
+
+using nlohmann::json;
+using power::testing::ocr_asset;
+using power::testing::run_power;
+using power::testing::shared_dir;
+
+TEST(CliOnnx, ClassifyMnistJson) {
+  POWER_REQUIRE_SHARED();
+  std::string v = shared_dir() + "/models/vision/";
+  auto r = run_power({"classify", "-m", v + "mnist-8.onnx", v + "mnist_nine.bmp", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["class"], 9);
+  std::ifstream f(v + "expected_mnist-8_mnist_nine_ort1.30.0.json");
+  auto want = json::parse(f);
+  ASSERT_EQ(j["scores"].size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    double w = want["logits"][i];
+    EXPECT_NEAR(j["scores"][i].get<double>(), w, 1e-3 * std::fabs(w));
+  }
+  auto plain = run_power({"classify", "-m", v + "mnist-8.onnx", v + "mnist_nine.bmp"});
+  EXPECT_EQ(plain.out, "9\n");
+}
+
+TEST(CliOnnx, InspectPrintsPlannedPeak) {
+  POWER_REQUIRE_SHARED();
+  auto r = run_power({"onnx", "inspect", shared_dir() + "/models/vision/mnist-8.onnx", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["opset"], 8);
+  EXPECT_EQ(j["plan"]["peak_bytes"], 2 * 8 * 28 * 28 * 4);
+  EXPECT_EQ(j["operators"]["Conv"], 2);
+}
+
+TEST(CliOnnx, BadInputsAreCleanErrors) {
+  POWER_REQUIRE_SHARED();
+  std::string v = shared_dir() + "/models/vision/";
+  // An image that is not 28x28, a non-model, a missing file.
+  auto r = run_power({"classify", "-m", v + "mnist-8.onnx", v + "cat.bmp"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("28x28"), std::string::npos) << r.err;
+  auto r2 = run_power({"classify", "-m", v + "mnist_nine.bmp", v + "mnist_nine.bmp"});
+  EXPECT_EQ(r2.exit_code, 1);
+  EXPECT_NE(r2.err.find("ONNX"), std::string::npos) << r2.err;
+  auto r3 = run_power({"vad", "-m", v + "mnist-8.onnx", shared_dir() + "/models/audio/jfk.wav"});
+  EXPECT_EQ(r3.exit_code, 1);
+  EXPECT_NE(r3.err.find("Silero"), std::string::npos) << r3.err;
+}
+
+TEST(CliOnnx, VadJsonSegments) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  std::string a = shared_dir() + "/models/audio/";
+  auto r = run_power({"vad", "-m", power::testing::silero_model(), a + "test.wav", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  std::ifstream f(a + "expected_onnx_speech_timestamps.json");
+  auto want = json::parse(f)["snapshots"][0]["speech_timestamps"];
+  ASSERT_EQ(j["segments"].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(j["segments"][i]["start"].get<double>(), want[i]["start"].get<double>());
+    EXPECT_EQ(j["segments"][i]["end"].get<double>(), want[i]["end"].get<double>());
+  }
+  EXPECT_EQ(j["probs"].size(), 1875u);
+}
+
+TEST(CliOnnx, OcrLineAndPage) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_det_infer.onnx"));
+  std::string o = shared_dir() + "/models/ocr/";
+  auto r = run_power({"ocr", "--line", "--rec", ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), "--keys",
+                      ocr_asset("ppocr_keys_v1.txt"), o + "phototest_line1_h48.ppm"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "This is a lot of 12 point text to test the\n");
+  auto p = run_power({"ocr", "--det", ocr_asset("ch_PP-OCRv4_det_infer.onnx"), "--rec",
+                      ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), "--keys",
+                      ocr_asset("ppocr_keys_v1.txt"), o + "phototest.tif", "--json", "-t", "2"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto j = json::parse(p.out);
+  ASSERT_EQ(j["lines"].size(), 8u);
+  EXPECT_EQ(j["lines"][0]["text"], "This is a lot of 12 point text to test the");
+  EXPECT_EQ(j["lines"][0]["box"].size(), 4u);
+  EXPECT_GT(j["lines"][0]["score"].get<double>(), 0.5);
+}
+
+}  // namespace
