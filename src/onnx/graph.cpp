@@ -314,6 +314,9 @@ struct Loader {
         }
         n.outputs.push_back(define(g, out));
       }
+      if (n.outputs.empty()) {
+        return make_error(StatusCode::kInvalidArgument, "{} has no outputs", n.label());
+      }
       if (def && def->check) POWER_RETURN_IF_ERROR(def->check(n));
       g.nodes.push_back(std::move(n));
     }
@@ -564,7 +567,8 @@ struct Exec {
         }
         in.push_back(&vals[id]);
       }
-      out.assign(n.outputs.size(), Tensor{});
+      // Kernels write out[0] (and LSTM out[1..2]) unconditionally: never fewer than 3 slots.
+      out.assign(std::max<size_t>(n.outputs.size(), 3), Tensor{});
       Status st;
       if (n.op == "If") {
         st = run_if(g, n, vals, out);

@@ -313,16 +313,16 @@ Status op_split(const Node& n, const Ins& in, Outs& out, OpContext&) {
     split = n.attr_ints("split");
   }
   int64_t dim = x.shape[axis];
-  size_t k = out.size();
+  const size_t n_out = n.outputs.size();
+  size_t k = n_out;
   if (split.empty()) {
     if (n.has("num_outputs")) k = static_cast<size_t>(n.attr_i("num_outputs", 1));
-    if (k == 0 || k != out.size())
-      return op_error(n, "num_outputs differs from the node's outputs");
+    if (k == 0 || k != n_out) return op_error(n, "num_outputs differs from the node's outputs");
     int64_t chunk = (dim + static_cast<int64_t>(k) - 1) / static_cast<int64_t>(k);
     for (size_t i = 0; i < k; ++i)
       split.push_back(std::max<int64_t>(0, std::min(chunk, dim - chunk * static_cast<int64_t>(i))));
   }
-  if (split.size() != out.size()) return op_error(n, "split sizes differ from output count");
+  if (split.size() != n_out) return op_error(n, "split sizes differ from output count");
   int64_t sum = 0;
   for (int64_t v : split) {
     if (v < 0) return op_error(n, "negative split");
