@@ -91,6 +91,16 @@ TEST(OnnxHostile, UndefinedAndDuplicateValuesAreErrors) {
   EXPECT_NE(r2.status().message().find("redefines"), std::string::npos);
 }
 
+TEST(OnnxHostile, NodeWithoutOutputsIsAnError) {
+  // Found by onnx_fuzz: a Transpose whose output list is empty once crashed the executor.
+  auto m = tiny_model("Transpose");
+  m.mutable_graph()->mutable_node(0)->clear_output();
+  m.mutable_graph()->mutable_output(0)->set_name("x");
+  auto r = load(m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no outputs"), std::string::npos) << r.status().to_string();
+}
+
 TEST(OnnxHostile, BadInitializersAreCorrupt) {
   auto m = tiny_model("Add");
   m.mutable_graph()->mutable_node(0)->add_input("w");
