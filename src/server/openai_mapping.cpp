@@ -626,6 +626,18 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
     }
     req.top_logprobs = ctx.top_logprobs;
   }
+  // Streamed responses carry content deltas only (docs/SERVER.md): logprobs and tool-call
+  // deltas are not streamed yet, so asking for them with 'stream' is refused, never dropped.
+  if (r.mapped.stream && req.top_logprobs >= 0) {
+    r.error = bad_request("'logprobs' is not supported with 'stream': true yet", "logprobs");
+    return r;
+  }
+  if (r.mapped.stream && !req.tools_json.empty() && req.tool_choice_json != "\"none\"") {
+    r.error = bad_request(
+        "'tools' is not supported with 'stream': true yet (tool-call deltas are not streamed)",
+        "tools");
+    return r;
+  }
   if (!ctx.max_tokens_given) {
     req.max_tokens = -1;
     req.max_tokens_up_to_context = true;

@@ -142,6 +142,16 @@ TEST_F(GrammarHttp, BadResponseFormatsAre400NamingTheField) {
   Reply e = post(port_, chat({{"tools", "nope"}}));
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.body["error"]["param"], "tools");
+  // Not streamed yet, so refused with stream rather than silently dropped.
+  Reply f = post(port_, chat({{"logprobs", true}, {"stream", true}}));
+  EXPECT_EQ(f.status, 400);
+  EXPECT_EQ(f.body["error"]["param"], "logprobs");
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
+  Reply g = post(port_, chat({{"tools", tools}, {"stream", true}}));
+  EXPECT_EQ(g.status, 400);
+  EXPECT_EQ(g.body["error"]["param"], "tools");
 }
 
 TEST_F(GrammarHttp, LogprobsInOpenAiShape) {
