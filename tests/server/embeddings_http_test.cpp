@@ -3,11 +3,6 @@
 // Checks the OpenAI response shape, that the vectors are the exact reference's direction
 // (the bert_test rule), base64, usage, the errors (chat model, dimensions, bad input, too long)
 // and that concurrent HTTP clients are merged into fewer forward passes with identical results.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -18,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "server/http_test_util.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -25,54 +21,14 @@ namespace power::server {
 namespace {
 
 using json = nlohmann::json;
+using Reply = http_test::JsonReply;
+
+Reply post(int port, const std::string& path, const std::string& body) {
+  return http_test::post_json(port, path, body);
+}
 
 std::string emb(const std::string& f) {
   return testing::shared_dir() + "/fixtures/embeddings/" + f;
-}
-
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-// One request on its own connection ("Connection: close"), read to EOF.
-Reply post(int port, const std::string& path, const std::string& body) {
-  Reply r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  const std::string raw =
-      "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
-      "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  size_t sent = 0;
-  while (sent < raw.size()) {
-    ssize_t n = ::send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string in;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (in.size() < 12 || he == std::string::npos) return r;
-  r.status = std::atoi(in.substr(9, 3).c_str());
-  r.body = json::parse(in.substr(he + 4), nullptr, false);
-  return r;
 }
 
 class EmbeddingsHttp : public ::testing::Test {
@@ -80,26 +36,15 @@ class EmbeddingsHttp : public ::testing::Test {
   void SetUp() override {
     if (!testing::shared_available()) GTEST_SKIP() << "shared data not found";
     ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.log_requests = false;
     o.models = {emb("bert-mean-F16.gguf"),
                 testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf"};
     o.load.n_ctx = 256;
     o.load.threads = 1;
-    auto s = Server::create(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->start().ok());
-    port_ = server_->port();
-    thread_ = std::thread([this] { (void)server_->wait(); });
+    Status st = server_.start(std::move(o));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_.port();
   }
-  void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
-  }
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  http_test::InProcessServer server_;
   int port_ = 0;
 };
 

@@ -1,11 +1,6 @@
 // HTTP-level tests of the grammar field group (docs/STRUCTURED_OUTPUT.md): response_format,
 // logprobs/top_logprobs, tools/tool_choice and tool messages on /v1/chat/completions, against
 // an in-process `power serve` with stories260K. Responses are checked in OpenAI's shapes.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <string>
@@ -14,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "server/http_test_util.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -21,69 +17,20 @@ namespace power::server {
 namespace {
 
 using json = nlohmann::json;
-
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-// One POST with Connection: close; reads to EOF (Content-Length bodies only).
-Reply post(int port, const json& body) {
-  const std::string b = body.dump();
-  const std::string raw =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-      "Content-Type: application/json\r\nContent-Length: " +
-      std::to_string(b.size()) + "\r\n\r\n" + b;
-  Reply r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  (void)::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  std::string in;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
-  r.status = std::atoi(in.c_str() + 9);
-  r.body = json::parse(in.substr(he + 4), nullptr, false);
-  return r;
-}
+using http_test::post_chat;
+using Reply = http_test::JsonReply;
 
 class GrammarHttp : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::shared_available()) return;
     ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.log_requests = false;
     o.models = {testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf"};
     o.load.n_ctx = 512;
     o.load.threads = 1;
-    auto s = Server::create(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->start().ok());
-    port_ = server_->port();
-    thread_ = std::thread([this] { (void)server_->wait(); });
-  }
-  void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
+    Status st = server_.start(std::move(o));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_.port();
   }
   json chat(json extra) {
     json body = {{"model", "stories260K-F32"},
@@ -93,8 +40,7 @@ class GrammarHttp : public ::testing::Test {
     for (auto& [k, v] : extra.items()) body[k] = v;
     return body;
   }
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  http_test::InProcessServer server_;
   int port_ = 0;
 };
 
@@ -106,11 +52,11 @@ TEST_F(GrammarHttp, JsonSchemaResponseValidates) {
        {{"title", {{"type", "string"}, {"maxLength", 10}}}, {"stars", {{"type", "integer"}}}}},
       {"required", {"title", "stars"}},
       {"additionalProperties", false}};
-  Reply r =
-      post(port_,
-           chat({{"response_format",
-                  {{"type", "json_schema"},
-                   {"json_schema", {{"name", "story"}, {"schema", schema}, {"strict", true}}}}}}));
+  Reply r = post_chat(
+      port_,
+      chat({{"response_format",
+             {{"type", "json_schema"},
+              {"json_schema", {{"name", "story"}, {"schema", schema}, {"strict", true}}}}}}));
   ASSERT_EQ(r.status, 200) << r.body.dump();
   const json& choice = r.body["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "stop");
@@ -123,40 +69,40 @@ TEST_F(GrammarHttp, JsonSchemaResponseValidates) {
 
 TEST_F(GrammarHttp, BadResponseFormatsAre400NamingTheField) {
   POWER_REQUIRE_SHARED();
-  Reply a = post(port_,
-                 chat({{"response_format",
-                        {{"type", "json_schema"},
-                         {"json_schema",
-                          {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}));
+  Reply a = post_chat(
+      port_, chat({{"response_format",
+                    {{"type", "json_schema"},
+                     {"json_schema",
+                      {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}}));
   EXPECT_EQ(a.status, 400);
   EXPECT_NE(a.body["error"]["message"].get<std::string>().find("pattern"), std::string::npos)
       << a.body.dump();
-  Reply b = post(port_, chat({{"response_format", {{"type", "yaml"}}}}));
+  Reply b = post_chat(port_, chat({{"response_format", {{"type", "yaml"}}}}));
   EXPECT_EQ(b.status, 400);
   EXPECT_EQ(b.body["error"]["param"], "response_format.type");
-  Reply c = post(port_, chat({{"top_logprobs", 3}}));
+  Reply c = post_chat(port_, chat({{"top_logprobs", 3}}));
   EXPECT_EQ(c.status, 400);
   EXPECT_EQ(c.body["error"]["param"], "top_logprobs");
-  Reply d = post(port_, chat({{"logprobs", true}, {"top_logprobs", 21}}));
+  Reply d = post_chat(port_, chat({{"logprobs", true}, {"top_logprobs", 21}}));
   EXPECT_EQ(d.status, 400);
-  Reply e = post(port_, chat({{"tools", "nope"}}));
+  Reply e = post_chat(port_, chat({{"tools", "nope"}}));
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.body["error"]["param"], "tools");
   // Not streamed yet, so refused with stream rather than silently dropped.
-  Reply f = post(port_, chat({{"logprobs", true}, {"stream", true}}));
+  Reply f = post_chat(port_, chat({{"logprobs", true}, {"stream", true}}));
   EXPECT_EQ(f.status, 400);
   EXPECT_EQ(f.body["error"]["param"], "logprobs");
   const json tools =
       json::array({{{"type", "function"},
                     {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
-  Reply g = post(port_, chat({{"tools", tools}, {"stream", true}}));
+  Reply g = post_chat(port_, chat({{"tools", tools}, {"stream", true}}));
   EXPECT_EQ(g.status, 400);
   EXPECT_EQ(g.body["error"]["param"], "tools");
 }
 
 TEST_F(GrammarHttp, LogprobsInOpenAiShape) {
   POWER_REQUIRE_SHARED();
-  Reply r = post(port_, chat({{"logprobs", true}, {"top_logprobs", 3}, {"max_tokens", 6}}));
+  Reply r = post_chat(port_, chat({{"logprobs", true}, {"top_logprobs", 3}, {"max_tokens", 6}}));
   ASSERT_EQ(r.status, 200) << r.body.dump();
   const json& lp = r.body["choices"][0]["logprobs"];
   ASSERT_TRUE(lp.contains("content")) << r.body.dump();
@@ -190,7 +136,7 @@ TEST_F(GrammarHttp, ForcedToolCallAndToolMessages) {
                         {"properties", {{"q", {{"type", "string"}, {"maxLength", 8}}}}},
                         {"required", {"q"}},
                         {"additionalProperties", false}}}}}}});
-  Reply r = post(port_, chat({{"tools", tools}, {"tool_choice", "required"}}));
+  Reply r = post_chat(port_, chat({{"tools", tools}, {"tool_choice", "required"}}));
   ASSERT_EQ(r.status, 200) << r.body.dump();
   const json& choice = r.body["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
@@ -208,7 +154,7 @@ TEST_F(GrammarHttp, ForcedToolCallAndToolMessages) {
                                  {"tool_calls", choice["message"]["tool_calls"]}});
   history["messages"].push_back(
       {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "found"}});
-  Reply h = post(port_, history);
+  Reply h = post_chat(port_, history);
   EXPECT_EQ(h.status, 200) << h.body.dump();
 }
 

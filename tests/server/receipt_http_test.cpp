@@ -2,11 +2,6 @@
 // `power serve` with stories260K: power_policy refusals (409 with the reason, before any
 // compute), power_receipt in the body with the X-Power-Receipt-SHA256 header, the streamed
 // power.receipt event before [DONE], and the receipt verifying with the runtime's key.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -18,6 +13,7 @@
 #include "base/sha256.h"
 #include "receipt/receipt.h"
 #include "receipt/signing_key.h"
+#include "server/http_test_util.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -25,63 +21,10 @@ namespace power::server {
 namespace {
 
 using json = nlohmann::json;
-
-struct Raw {
-  int status = 0;
-  std::string head;  // status line + headers, lower-cased
-  std::string body;  // de-chunked
-};
-
-std::string dechunk(const std::string& s) {
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t eol = s.find("\r\n", i);
-    if (eol == std::string::npos) break;
-    const size_t n = std::strtoul(s.substr(i, eol - i).c_str(), nullptr, 16);
-    if (n == 0) break;
-    out += s.substr(eol + 2, n);
-    i = eol + 2 + n + 2;
-  }
-  return out;
-}
+using Raw = http_test::RawReply;
 
 Raw post(int port, const json& body) {
-  const std::string b = body.dump();
-  const std::string raw =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-      "Content-Type: application/json\r\nContent-Length: " +
-      std::to_string(b.size()) + "\r\n\r\n" + b;
-  Raw r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  (void)::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  std::string in;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
-  r.status = std::atoi(in.c_str() + 9);
-  r.head = in.substr(0, he);
-  for (auto& c : r.head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  r.body = in.substr(he + 4);
-  if (r.head.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
-  return r;
+  return http_test::post_raw(port, "/v1/chat/completions", body.dump());
 }
 
 class ReceiptHttp : public ::testing::Test {
@@ -91,22 +34,15 @@ class ReceiptHttp : public ::testing::Test {
     home_ = testing::make_temp_dir("power_receipt_http");
     ::setenv("POWER_HOME", home_.c_str(), 1);
     ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.log_requests = false;
     o.models = {model_path()};
     o.load.n_ctx = 256;
     o.load.threads = 1;
-    auto s = Server::create(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->start().ok());
-    port_ = server_->port();
-    thread_ = std::thread([this] { (void)server_->wait(); });
+    Status st = server_.start(std::move(o));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_.port();
   }
   void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
+    server_.stop();
     if (!home_.empty()) {
       ::unsetenv("POWER_HOME");
       testing::remove_tree(home_);
@@ -132,8 +68,7 @@ class ReceiptHttp : public ::testing::Test {
     return receipt::verify_receipt(rec, vo);
   }
   std::string home_;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  http_test::InProcessServer server_;
   int port_ = 0;
 };
 

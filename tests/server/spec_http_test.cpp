@@ -1,11 +1,6 @@
 // HTTP-level tests of the `speculative` request field (docs/SPECULATIVE.md) on
 // /v1/chat/completions, against an in-process `power serve` with stories260K: greedy output
 // with speculation equals the plain output, unavailable modes and bad shapes are 400s.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <string>
 #include <thread>
@@ -13,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "server/http_test_util.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -20,69 +16,20 @@ namespace power::server {
 namespace {
 
 using json = nlohmann::json;
-
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-// One POST with Connection: close; reads to EOF (Content-Length bodies only).
-Reply post_chat(int port, const json& body) {
-  const std::string b = body.dump();
-  const std::string raw =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-      "Content-Type: application/json\r\nContent-Length: " +
-      std::to_string(b.size()) + "\r\n\r\n" + b;
-  Reply r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  (void)::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  std::string in;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
-  r.status = std::atoi(in.c_str() + 9);
-  r.body = json::parse(in.substr(he + 4), nullptr, false);
-  return r;
-}
+using http_test::post_chat;
+using Reply = http_test::JsonReply;
 
 class SpecHttp : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::shared_available()) return;
     ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.log_requests = false;
     o.models = {testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf"};
     o.load.n_ctx = 512;
     o.load.threads = 1;
-    auto s = Server::create(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->start().ok());
-    port_ = server_->port();
-    thread_ = std::thread([this] { (void)server_->wait(); });
-  }
-  void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
+    Status st = server_.start(std::move(o));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_.port();
   }
   json chat(json extra) {
     json body = {{"model", "stories260K-F32"},
@@ -92,8 +39,7 @@ class SpecHttp : public ::testing::Test {
     for (auto& [k, v] : extra.items()) body[k] = v;
     return body;
   }
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  http_test::InProcessServer server_;
   int port_ = 0;
 };
 
