@@ -52,10 +52,12 @@ std::string label(const std::string& v) {
 
 }  // namespace
 
-std::string Metrics::render(const std::vector<ModelGauges>& models, int active_generations) const {
+std::string Metrics::render(const std::vector<ModelGauges>& models,
+                            const std::vector<EmbedGauges>& embedders,
+                            int active_generations) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string o;
-  auto header = [&o](const char* name, const char* type, const char* help) {
+  auto header = [&o](std::string_view name, std::string_view type, std::string_view help) {
     o += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
   header("power_http_requests_total", "counter", "HTTP requests answered, by route and status.");
@@ -128,6 +130,36 @@ std::string Metrics::render(const std::vector<ModelGauges>& models, int active_g
   for (const auto& m : models) {
     o += fmt::format("power_scheduler_steps_total{{model=\"{}\"}} {}\n", label(m.name),
                      m.stats.steps);
+  }
+  // Speculative decoding (docs/SPECULATIVE.md): tokens per verify pass is
+  // verify_tokens / verify_passes.
+  const std::pair<const char*, uint64_t RuntimeStats::*> spec[] = {
+      {"drafted", &RuntimeStats::spec_drafted},
+      {"accepted", &RuntimeStats::spec_accepted},
+      {"verify_passes", &RuntimeStats::spec_verify_passes},
+      {"verify_tokens", &RuntimeStats::spec_verify_tokens}};
+  for (const auto& [what, field] : spec) {
+    header(fmt::format("power_speculative_{}_total", what), "counter",
+           fmt::format("Speculative decoding: {} (tokens or passes), per model.", what));
+    for (const auto& m : models) {
+      o += fmt::format("power_speculative_{}_total{{model=\"{}\"}} {}\n", what, label(m.name),
+                       m.stats.*field);
+    }
+  }
+  // Embedding models: microbatching merges concurrent requests into shared forward passes.
+  const std::pair<const char*, uint64_t EmbedStats::*> emb[] = {
+      {"requests", &EmbedStats::requests},
+      {"inputs", &EmbedStats::inputs},
+      {"tokens", &EmbedStats::tokens},
+      {"forward_passes", &EmbedStats::forward_passes},
+      {"merged_requests", &EmbedStats::merged_requests}};
+  for (const auto& [what, field] : emb) {
+    header(fmt::format("power_embedding_{}_total", what), "counter",
+           fmt::format("Embedding models: {}, per model.", what));
+    for (const auto& e : embedders) {
+      o += fmt::format("power_embedding_{}_total{{model=\"{}\"}} {}\n", what, label(e.name),
+                       e.stats.*field);
+    }
   }
   return o;
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "power/embed.h"
 #include "power/runtime.h"
 
 namespace power::server {
@@ -35,8 +36,13 @@ class Metrics {
     std::string name;
     RuntimeStats stats;
   };
+  struct EmbedGauges {
+    std::string name;
+    EmbedStats stats;
+  };
   // `active_generations`: requests submitted by this server and not finished.
-  std::string render(const std::vector<ModelGauges>& models, int active_generations) const;
+  std::string render(const std::vector<ModelGauges>& models,
+                     const std::vector<EmbedGauges>& embedders, int active_generations) const;
 
  private:
   mutable std::mutex mu_;

@@ -463,15 +463,21 @@ void Server::Impl::register_routes() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::vector<Metrics::ModelGauges> gauges;
+    std::vector<Metrics::EmbedGauges> embedders;
     for (const auto& m : registry->list()) {
-      if (!m->embedding) gauges.push_back({m->id, m->handle.stats()});
+      if (m->embedding) {
+        embedders.push_back({m->id, m->embedding->stats()});
+      } else {
+        gauges.push_back({m->id, m->handle.stats()});
+      }
     }
     int active_generations = 0;
     {
       std::lock_guard<std::mutex> lk(active_mu);
       active_generations = static_cast<int>(active.size());
     }
-    res.set_content(metrics.render(gauges, active_generations), "text/plain; version=0.0.4");
+    res.set_content(metrics.render(gauges, embedders, active_generations),
+                    "text/plain; version=0.0.4");
   });
   s.Get("/api/ps", [this](const httplib::Request&, httplib::Response& res) {
     json models = json::array();

@@ -5,6 +5,8 @@
 // and that concurrent HTTP clients are merged into fewer forward passes with identical results.
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -131,6 +133,23 @@ TEST_F(EmbeddingsHttp, ConcurrentClientsGetTheirOwnVectors) {
     EXPECT_EQ(got[c].body["data"][0]["embedding"].get<std::vector<float>>(), alone[c % 3])
         << "client " << c;
   }
+  // /metrics counts what ran: 3 + kClients one-input requests, in at most as many passes
+  // (fewer when requests were merged; how many merge depends on timing, so it is printed).
+  http_test::RawReply m = http_test::get_raw(port_, "/metrics");
+  ASSERT_EQ(m.status, 200);
+  auto counter = [&](const std::string& name) -> int64_t {
+    const std::string key = name + "{model=\"bert-mean-F16\"} ";
+    const size_t at = m.body.find(key);
+    if (at == std::string::npos) return -1;
+    return std::atoll(m.body.c_str() + at + key.size());
+  };
+  EXPECT_EQ(counter("power_embedding_requests_total"), 3 + kClients) << m.body;
+  EXPECT_EQ(counter("power_embedding_inputs_total"), 3 + kClients);
+  const int64_t passes = counter("power_embedding_forward_passes_total");
+  EXPECT_GE(passes, 1);
+  EXPECT_LE(passes, 3 + kClients);
+  std::printf("embeddings over HTTP: %d requests in %lld forward passes\n", 3 + kClients,
+              static_cast<long long>(passes));
 }
 
 }  // namespace

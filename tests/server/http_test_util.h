@@ -46,8 +46,10 @@ inline std::string dechunk(const std::string& s) {
   return out;
 }
 
-// One POST of `body` to `path` on 127.0.0.1:port on its own connection.
-inline RawReply post_raw(int port, const std::string& path, const std::string& body) {
+// One request (POST with a JSON body, or GET when `method` says so) to `path` on
+// 127.0.0.1:port on its own connection.
+inline RawReply request_raw(int port, const std::string& method, const std::string& path,
+                            const std::string& body) {
   RawReply r;
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return r;
@@ -61,7 +63,7 @@ inline RawReply post_raw(int port, const std::string& path, const std::string& b
     ::close(fd);
     return r;
   }
-  const std::string raw = "POST " + path +
+  const std::string raw = method + " " + path +
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -87,6 +89,14 @@ inline RawReply post_raw(int port, const std::string& path, const std::string& b
   r.body = in.substr(he + 4);
   if (r.head.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
   return r;
+}
+
+inline RawReply post_raw(int port, const std::string& path, const std::string& body) {
+  return request_raw(port, "POST", path, body);
+}
+
+inline RawReply get_raw(int port, const std::string& path) {
+  return request_raw(port, "GET", path, "");
 }
 
 inline JsonReply post_json(int port, const std::string& path, const std::string& body) {
