@@ -116,7 +116,20 @@ struct StreamEvent {
 };
 
 enum class Finish : uint8_t { kStop, kLength, kCancelled, kError };
-std::string_view finish_name(Finish f);  // "stop", "length", "cancelled", "error"
+// "stop", "length", "cancelled", "error" (inline: receipts, below the runtime, use it too).
+inline std::string_view finish_name(Finish f) {
+  switch (f) {
+    case Finish::kStop:
+      return "stop";
+    case Finish::kLength:
+      return "length";
+    case Finish::kCancelled:
+      return "cancelled";
+    case Finish::kError:
+      return "error";
+  }
+  return "unknown";
+}
 
 struct Usage {
   int64_t prompt_tokens = 0;

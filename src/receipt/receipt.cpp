@@ -31,21 +31,6 @@ uint64_t mem_total_bytes() {
   return 0;
 }
 
-// The names of power::finish_name (runtime), kept here so that this layer stays below it.
-std::string finish_text(Finish f) {
-  switch (f) {
-    case Finish::kStop:
-      return "stop";
-    case Finish::kLength:
-      return "length";
-    case Finish::kCancelled:
-      return "cancelled";
-    case Finish::kError:
-      return "error";
-  }
-  return "unknown";
-}
-
 // One chat message in canonical input form: role and content, plus the tool-use members
 // when set (tool_calls as the JSON value its text holds).
 nlohmann::json message_json(const ChatMessage& m) {
@@ -236,7 +221,7 @@ nlohmann::json output_json(const Completion& c) {
   o["tokens_sha256"] = token_ids_sha256(c.tokens);
   o["text_sha256"] = sha256_hex(c.text);
   o["n_tokens"] = c.tokens.size();
-  o["finish"] = finish_text(c.finish);
+  o["finish"] = std::string(finish_name(c.finish));
   o["status"] = std::string(status_code_name(c.status.code()));
   return o;
 }

@@ -41,20 +41,6 @@ namespace power {
 using runtime::Clock;
 using runtime::SeqEvent;
 
-std::string_view finish_name(Finish f) {
-  switch (f) {
-    case Finish::kStop:
-      return "stop";
-    case Finish::kLength:
-      return "length";
-    case Finish::kCancelled:
-      return "cancelled";
-    case Finish::kError:
-      return "error";
-  }
-  return "unknown";
-}
-
 struct RequestState {
   uint64_t id = 0;
   GenerateRequest req;

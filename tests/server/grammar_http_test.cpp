@@ -24,11 +24,7 @@ class GrammarHttp : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::shared_available()) return;
-    ServerOptions o;
-    o.models = {testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf"};
-    o.load.n_ctx = 512;
-    o.load.threads = 1;
-    Status st = server_.start(std::move(o));
+    Status st = server_.start(http_test::stories_options(testing::shared_dir(), 512));
     ASSERT_TRUE(st.ok()) << st.to_string();
     port_ = server_.port();
   }

@@ -46,14 +46,12 @@ inline std::string dechunk(const std::string& s) {
   return out;
 }
 
-// One request (POST with a JSON body, or GET when `method` says so) to `path` on
-// 127.0.0.1:port on its own connection.
-inline RawReply request_raw(int port, const std::string& method, const std::string& path,
-                            const std::string& body) {
-  RawReply r;
+// A TCP connection to 127.0.0.1:port whose reads time out after timeout_s (so a hung server
+// fails a test instead of blocking it); -1 when it cannot connect.
+inline int connect_loopback(int port, int timeout_s) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return r;
-  timeval tv{60, 0};
+  if (fd < 0) return -1;
+  timeval tv{timeout_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -61,18 +59,35 @@ inline RawReply request_raw(int port, const std::string& method, const std::stri
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
-    return r;
+    return -1;
   }
-  const std::string raw = method + " " + path +
-                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  return fd;
+}
+
+// Sends all of `raw`, or as much as the peer takes before closing (it may answer 413 before
+// reading everything); returns the bytes sent.
+inline size_t send_all(int fd, const std::string& raw) {
   size_t sent = 0;
   while (sent < raw.size()) {
     ssize_t n = ::send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
+  return sent;
+}
+
+// One request (POST with a JSON body, or GET when `method` says so) to `path` on
+// 127.0.0.1:port on its own connection.
+inline RawReply request_raw(int port, const std::string& method, const std::string& path,
+                            const std::string& body) {
+  RawReply r;
+  int fd = connect_loopback(port, 60);
+  if (fd < 0) return r;
+  const std::string raw = method + " " + path +
+                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  send_all(fd, raw);
   std::string in;
   char buf[65536];
   for (;;) {
@@ -106,6 +121,15 @@ inline JsonReply post_json(int port, const std::string& path, const std::string&
 
 inline JsonReply post_chat(int port, const nlohmann::json& body) {
   return post_json(port, "/v1/chat/completions", body.dump());
+}
+
+// `power serve` options for stories260K-F32 from ../shared (one compute thread).
+inline ServerOptions stories_options(const std::string& shared_dir, int64_t n_ctx) {
+  ServerOptions o;
+  o.models = {shared_dir + "/models/stories260K/stories260K-F32.gguf"};
+  o.load.n_ctx = n_ctx;
+  o.load.threads = 1;
+  return o;
 }
 
 // A Server started on an ephemeral port with its wait() on a thread; stopped (drained) when

@@ -1,10 +1,7 @@
 // HTTP-level tests of the OpenAI-compatible service: a power::server::Server in this process
 // on 127.0.0.1 (ephemeral port) serving stories260K, spoken to over raw sockets so that the
 // exact bytes (SSE framing, chunked encoding, garbage) are what the tests see.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_keys.h"
+#include "server/http_test_util.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -50,24 +48,9 @@ struct HttpResponse {
 // chunked), with a receive timeout so a hung server fails the test instead of blocking it.
 HttpResponse http_exchange(int port, const std::string& raw, int timeout_s = 30) {
   HttpResponse r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int fd = http_test::connect_loopback(port, timeout_s);
   if (fd < 0) return r;
-  timeval tv{timeout_s, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  size_t sent = 0;
-  while (sent < raw.size()) {
-    ssize_t n = ::send(fd, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the server may answer (413) before reading everything
-    sent += static_cast<size_t>(n);
-  }
+  http_test::send_all(fd, raw);
   std::string in;
   char buf[65536];
   auto have_full = [&]() -> bool {
@@ -416,12 +399,8 @@ TEST_F(ServerFixture, DisconnectMidStreamCancels) {
                {"max_tokens", 480},
                {"logit_bias", {{"2", -100}}},
                {"stream", true}};
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port_));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  int fd = http_test::connect_loopback(port_, 30);
+  ASSERT_GE(fd, 0);
   std::string raw = request("POST", "/v1/completions", body.dump());
   ASSERT_EQ(::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL), static_cast<ssize_t>(raw.size()));
   char buf[256];
