@@ -14,7 +14,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
-#include "runtime/embed_openai.h"
+#include "server/embed_openai.h"
 #include "server/api_keys.h"
 #include "server/management.h"
 #include "server/metrics.h"

@@ -1,4 +1,4 @@
-#include "runtime/embed_openai.h"
+#include "server/embed_openai.h"
 
 #include <cstring>
 #include <limits>

@@ -1,4 +1,4 @@
-// The OpenAI /v1/embeddings mapping (runtime/embed_openai.h) on the fixture model: every input
+// The OpenAI /v1/embeddings mapping (server/embed_openai.h) on the fixture model: every input
 // form, float and base64 encodings, usage, `dimensions`, and the errors clients see.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "runtime/embed_openai.h"
+#include "server/embed_openai.h"
 #include "test_util.h"
 
 namespace power {
