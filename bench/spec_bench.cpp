@@ -1,16 +1,23 @@
 // spec_bench: request-wide tokens/s of speculative decoding against plain decoding, in the
 // same process and run (docs/SPECULATIVE.md). Out of CI.
 //
-//   spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--threads T] [--prompt TEXT]
+//   spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--threads T] [--reps R]
+//              [--prompt TEXT] [--modes plain,ngram,draft,mtp]
 //
-// For each configuration (plain, ngram, and draft when DRAFT is given) it runs one greedy
-// request of N tokens (ignore_eos) on the same loaded model and reports wall time from
-// submit to completion, tokens/s, the speed-up over plain, acceptance and tokens per target
-// pass, and whether the output equals plain decoding token for token. Each configuration
-// runs twice; the faster run is reported (the machine is shared).
+// For each configuration (plain, ngram, draft when DRAFT is given, mtp when the target has
+// MTP layers) it runs one greedy request of N tokens (ignore_eos) on the same loaded model and
+// reports wall time from submit to completion, tokens/s, the speed-up over plain, acceptance
+// and tokens per target pass, and whether the output equals plain decoding token for token.
+// The configurations run back to back, R rounds (default 3); every run is printed, then the
+// median tokens/s per mode and the median of the per-round speed-ups (spec / plain of the same
+// round), with the load average before and after (the machine may be shared).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,8 +26,8 @@
 namespace {
 
 struct Args {
-  std::string target, draft, prompt;
-  int n = 128, k = 4, threads = 0;
+  std::string target, draft, prompt, modes = "plain,ngram,draft,mtp";
+  int n = 128, k = 4, threads = 0, reps = 3;
 };
 
 struct Row {
@@ -28,6 +35,19 @@ struct Row {
   double seconds = 0;
   power::Completion c;
 };
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
 
 }  // namespace
 
@@ -51,6 +71,10 @@ int main(int argc, char** argv) {
       a.k = std::atoi(next().c_str());
     } else if (s == "--threads") {
       a.threads = std::atoi(next().c_str());
+    } else if (s == "--reps") {
+      a.reps = std::max(1, std::atoi(next().c_str()));
+    } else if (s == "--modes") {
+      a.modes = next();
     } else if (s == "--prompt") {
       a.prompt = next();
     } else {
@@ -60,7 +84,7 @@ int main(int argc, char** argv) {
   if (pos.empty() || pos.size() > 2) {
     std::fprintf(stderr,
                  "usage: spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--threads T] "
-                 "[--prompt TEXT]\n");
+                 "[--reps R] [--prompt TEXT] [--modes plain,ngram,draft,mtp]\n");
     return 2;
   }
   a.target = pos[0];
@@ -81,55 +105,85 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
     return 1;
   }
-  auto run = [&](const char* name, std::optional<power::SpeculativeOptions> spec) {
-    Row best;
-    best.name = name;
-    for (int rep = 0; rep < 2; ++rep) {
-      power::GenerateRequest req;
-      req.prompt = a.prompt;
-      req.max_tokens = a.n;
-      req.ignore_eos = true;
-      req.sampling.temperature = 0;
-      req.speculative = spec;
-      const auto t0 = std::chrono::steady_clock::now();
-      auto h = (*rt)->submit(*m, std::move(req));
-      if (!h.ok()) {
-        std::fprintf(stderr, "%s: %s\n", name, h.status().to_string().c_str());
-        std::exit(1);
-      }
-      power::Completion c = h->wait();
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (rep == 0 || s < best.seconds) {
-        best.seconds = s;
-        best.c = std::move(c);
-      }
+  auto run = [&](const std::string& name, const std::string& mode) {
+    Row row;
+    row.name = name;
+    power::GenerateRequest req;
+    req.prompt = a.prompt;
+    req.max_tokens = a.n;
+    req.ignore_eos = true;
+    req.sampling.temperature = 0;
+    if (mode != "off") {
+      power::SpeculativeOptions so;
+      so.mode = mode;
+      so.k = a.k;
+      req.speculative = so;
     }
-    return best;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto h = (*rt)->submit(*m, std::move(req));
+    if (!h.ok()) {
+      row.c.status = h.status();
+      return row;
+    }
+    row.c = h->wait();
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return row;
   };
-  std::vector<Row> rows;
-  rows.push_back(run("plain", std::nullopt));
-  power::SpeculativeOptions ng;
-  ng.mode = "ngram";
-  ng.k = a.k;
-  rows.push_back(run("ngram", ng));
-  if (!a.draft.empty()) {
-    power::SpeculativeOptions dr;
-    dr.mode = "draft";
-    dr.k = a.k;
-    rows.push_back(run("draft", dr));
+  std::vector<std::pair<std::string, std::string>> configs;  // name, mode
+  std::stringstream ms(a.modes);
+  for (std::string mode; std::getline(ms, mode, ',');) {
+    if (mode == "draft" && a.draft.empty()) continue;
+    configs.emplace_back(mode, mode == "plain" ? "off" : mode);
   }
-  std::printf("target %s%s%s, %d tokens, k %d (adaptive), threads %d\n", a.target.c_str(),
-              a.draft.empty() ? "" : ", draft ", a.draft.c_str(), a.n, a.k, m->info().threads);
-  std::printf("%-6s %9s %9s %8s %9s %9s %10s %s\n", "mode", "seconds", "tok/s", "speedup",
-              "drafted", "accepted", "tok/pass", "identical");
-  const Row& plain = rows.front();
-  for (const Row& r : rows) {
-    const double tps = r.c.tokens.size() / r.seconds;
-    const double plain_tps = plain.c.tokens.size() / plain.seconds;
-    std::printf("%-6s %9.3f %9.2f %7.2fx %9lld %9lld %10.2f %s\n", r.name.c_str(), r.seconds, tps,
-                tps / plain_tps, static_cast<long long>(r.c.speculative.drafted),
-                static_cast<long long>(r.c.speculative.accepted), r.c.speculative.tokens_per_pass,
-                r.c.tokens == plain.c.tokens ? "yes" : "NO");
+  std::printf("target %s%s%s, %d tokens, k %d (adaptive), threads %d, %d rounds\n",
+              a.target.c_str(), a.draft.empty() ? "" : ", draft ", a.draft.c_str(), a.n, a.k,
+              m->info().threads, a.reps);
+  std::printf("load average before: %s\n", loadavg().c_str());
+  std::printf("%-5s %-6s %9s %9s %8s %9s %9s %10s %s\n", "round", "mode", "seconds", "tok/s",
+              "speedup", "drafted", "accepted", "tok/pass", "identical");
+  std::map<std::string, std::vector<double>> tps, speedup;
+  std::map<std::string, Row> last;
+  bool all_identical = true;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    double plain_tps = 0;
+    std::vector<int32_t> plain_tokens;
+    for (const auto& [name, mode] : configs) {
+      Row r = run(name, mode);
+      if (!r.c.status.ok()) {
+        if (rep == 0) {
+          std::printf("%-5d %-6s skipped: %s\n", rep, name.c_str(), r.c.status.to_string().c_str());
+        }
+        continue;
+      }
+      const double t = r.c.tokens.size() / r.seconds;
+      if (name == "plain") {
+        plain_tps = t;
+        plain_tokens = r.c.tokens;
+      }
+      const bool same = plain_tokens.empty() || r.c.tokens == plain_tokens;
+      all_identical = all_identical && same;
+      tps[name].push_back(t);
+      if (plain_tps > 0) speedup[name].push_back(t / plain_tps);
+      std::printf("%-5d %-6s %9.3f %9.2f %7.2fx %9lld %9lld %10.2f %s\n", rep, name.c_str(),
+                  r.seconds, t, plain_tps > 0 ? t / plain_tps : 0.0,
+                  static_cast<long long>(r.c.speculative.drafted),
+                  static_cast<long long>(r.c.speculative.accepted), r.c.speculative.tokens_per_pass,
+                  plain_tokens.empty() ? "-"
+                  : same               ? "yes"
+                                       : "NO");
+      std::fflush(stdout);
+      last[name] = std::move(r);
+    }
   }
+  std::printf("load average after: %s\n", loadavg().c_str());
+  std::printf("median over %d rounds:\n", a.reps);
+  for (const auto& [name, mode] : configs) {
+    if (tps[name].empty()) continue;
+    const auto& u = last[name].c.speculative;
+    std::printf("  %-6s %8.2f tok/s  speed-up %5.2fx  acceptance %5.1f%%  tokens/pass %5.2f\n",
+                name.c_str(), median(tps[name]), median(speedup[name]), 100.0 * u.acceptance_rate,
+                u.tokens_per_pass);
+  }
+  std::printf("every output identical to plain: %s\n", all_identical ? "yes" : "NO");
   return 0;
 }

@@ -53,7 +53,6 @@ struct SamplingOptions {
 struct SpeculativeOptions {
   std::string mode = "off";
   int k = 4;             // draft length 1..16 (the upper bound when adaptive)
-  int s = 1;             // rollback snapshots kept per sequence, 1..16
   bool adaptive = true;  // draft length from the running acceptance rate
 };
 

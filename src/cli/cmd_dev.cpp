@@ -29,10 +29,11 @@ struct SynthShape {
 };
 
 // tinyllama-1.1b: TinyLlama-1.1B's shape. 134m: a llama of 134M parameters with the 32000-token
-// vocabulary (768 wide, 12 layers, 12 heads, untied output).
+// vocabulary (768 wide, 12 layers, 12 heads, untied output). tiny: 64 wide, 2 layers (tests).
 constexpr SynthShape kShapes[] = {
     {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048},
     {"134m", 768, 2048, 12, 12, 12, 32000, 2048},
+    {"tiny", 64, 128, 2, 4, 2, 32000, 512},
 };
 
 struct SynthOptions {
@@ -42,6 +43,7 @@ struct SynthOptions {
   std::string out;
   uint64_t seed = 1;
   float weight_std = 0.02f;
+  int mtp = 0;  // MTP (NextN) layers appended after the main layers
   int threads = 0;
 };
 
@@ -82,7 +84,7 @@ Status synth(const SynthOptions& o) {
     if (o.shape == s.name) shape = &s;
   }
   if (shape == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "unknown --shape (tinyllama-1.1b, 134m)")
+    return Status(StatusCode::kInvalidArgument, "unknown --shape (tinyllama-1.1b, 134m, tiny)")
         .with("shape", o.shape);
   }
   const FileType* ft = nullptr;
@@ -94,6 +96,9 @@ Status synth(const SynthOptions& o) {
                   "unknown --type (q4_0, q8_0, q4_k, q4_k_m, q6_k, f16, f32)")
         .with("type", o.type);
   }
+  if (o.mtp < 0 || o.mtp > 4) {
+    return Status(StatusCode::kInvalidArgument, "--mtp must be 0..4").with("mtp", o.mtp);
+  }
   POWER_ASSIGN_OR_RETURN(auto vocab, GgufFile::open(o.vocab));
   const SynthShape& s = *shape;
   GgufWriter w;
@@ -101,7 +106,8 @@ Status synth(const SynthOptions& o) {
   w.set("general.name", GgufValue::str(std::string("power-synth-") + s.name + "-" + ft->name));
   w.set("llama.context_length", GgufValue::u32(static_cast<uint32_t>(s.n_ctx)));
   w.set("llama.embedding_length", GgufValue::u32(static_cast<uint32_t>(s.n_embd)));
-  w.set("llama.block_count", GgufValue::u32(static_cast<uint32_t>(s.n_layer)));
+  w.set("llama.block_count", GgufValue::u32(static_cast<uint32_t>(s.n_layer + o.mtp)));
+  if (o.mtp > 0) w.set("llama.nextn_predict_layers", GgufValue::u32(static_cast<uint32_t>(o.mtp)));
   w.set("llama.feed_forward_length", GgufValue::u32(static_cast<uint32_t>(s.n_ff)));
   w.set("llama.rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(s.n_embd / s.n_head)));
   w.set("llama.attention.head_count", GgufValue::u32(static_cast<uint32_t>(s.n_head)));
@@ -149,7 +155,10 @@ Status synth(const SynthOptions& o) {
       (base == GgmlType::Q8_0 || base == GgmlType::F16 || base == GgmlType::F32) ? base
                                                                                  : GgmlType::Q6_K;
   POWER_RETURN_IF_ERROR(add("token_embd.weight", base, s.n_embd, s.n_vocab, false));
-  for (int64_t l = 0; l < s.n_layer; ++l) {
+  // Main layers, then the MTP layers (llama.cpp's NextN layout: an ordinary block plus
+  // nextn.eh_proj / enorm / hnorm / shared_head_norm; embed_tokens and shared_head_head are
+  // left out, so the MTP head shares the main model's, as models/mtp.h allows).
+  for (int64_t l = 0; l < s.n_layer + o.mtp; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     // llama-quantize's use_more_bits(i, n) for Q4_K_M.
     const int64_t n8 = s.n_layer / 8;
@@ -164,12 +173,20 @@ Status synth(const SynthOptions& o) {
     POWER_RETURN_IF_ERROR(add(p + "ffn_gate.weight", base, s.n_embd, s.n_ff, false));
     POWER_RETURN_IF_ERROR(add(p + "ffn_up.weight", base, s.n_embd, s.n_ff, false));
     POWER_RETURN_IF_ERROR(add(p + "ffn_down.weight", vd, s.n_ff, s.n_embd, false));
+    if (l >= s.n_layer) {
+      POWER_RETURN_IF_ERROR(add(p + "nextn.eh_proj.weight", base, 2 * s.n_embd, s.n_embd, false));
+      POWER_RETURN_IF_ERROR(add(p + "nextn.enorm.weight", GgmlType::F32, s.n_embd, 1, true));
+      POWER_RETURN_IF_ERROR(add(p + "nextn.hnorm.weight", GgmlType::F32, s.n_embd, 1, true));
+      POWER_RETURN_IF_ERROR(
+          add(p + "nextn.shared_head_norm.weight", GgmlType::F32, s.n_embd, 1, true));
+    }
   }
   POWER_RETURN_IF_ERROR(add("output_norm.weight", GgmlType::F32, s.n_embd, 1, true));
   POWER_RETURN_IF_ERROR(add("output.weight", out_type, s.n_embd, s.n_vocab, false));
   POWER_RETURN_IF_ERROR(w.write(o.out));
-  std::fprintf(stderr, "wrote %s: llama %s, %s, seed %llu\n", o.out.c_str(), s.name, ft->name,
-               static_cast<unsigned long long>(o.seed));
+  std::fprintf(stderr, "wrote %s: llama %s, %s, seed %llu%s\n", o.out.c_str(), s.name, ft->name,
+               static_cast<unsigned long long>(o.seed),
+               o.mtp > 0 ? (", " + std::to_string(o.mtp) + " MTP layer(s)").c_str() : "");
   return Status();
 }
 
@@ -180,13 +197,15 @@ void add_dev_commands(CLI::App& app) {
   auto* dev = app.add_subcommand("dev", "Developer tools");
   dev->require_subcommand(1);
   auto* sy = dev->add_subcommand("synth", "Write a seeded random-weight llama model (benchmarks)");
-  sy->add_option("--shape", o.shape, "tinyllama-1.1b or 134m");
+  sy->add_option("--shape", o.shape, "tinyllama-1.1b, 134m or tiny");
   sy->add_option("--type", o.type, "q4_0, q8_0, q4_k, q4_k_m, q6_k, f16 or f32");
   sy->add_option("--vocab", o.vocab, "Vocab-only GGUF to copy tokenizer.* from (llama-spm)")
       ->required();
   sy->add_option("-o,--out", o.out, "Output GGUF file")->required();
   sy->add_option("--seed", o.seed, "Seed (same seed, same file)");
   sy->add_option("--std", o.weight_std, "Standard deviation of the weights");
+  sy->add_option("--mtp", o.mtp,
+                 "Append N synthetic MTP (NextN) layers, llama.cpp's layout (speculative 'mtp')");
   sy->add_option("-t,--threads", o.threads, "Threads for quantization (0 = all cores)");
   sy->callback([] {
     Status st = synth(o);

@@ -300,7 +300,8 @@ void add_run_commands(CLI::App& app) {
   run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
   run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
   run->add_option("--spec", o.spec_mode,
-                  "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model)");
+                  "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model), "
+                  "mtp (needs a model with MTP layers)");
   run->add_option("--spec-k", o.spec_k, "Draft tokens per target pass, 1-16 (adaptive upper bound)")
       ->capture_default_str();
   run->add_flag("--spec-fixed-k", o.spec_fixed_k, "Always draft --spec-k tokens (no adaptive k)");

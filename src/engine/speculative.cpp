@@ -40,7 +40,6 @@ Status Config::validate() const {
         .with("range", range);
   };
   if (k < 1 || k > kMaxDraft) return bad("k", k, "1..16");
-  if (s < 1 || s > kMaxSnapshots) return bad("s", s, "1..16");
   if (ngram_min < 1 || ngram_min > 64) return bad("ngram_min", ngram_min, "1..64");
   if (ngram_max < ngram_min || ngram_max > 64) return bad("ngram_max", ngram_max, "ngram_min..64");
   return Status();
@@ -122,6 +121,16 @@ AdaptiveK::AdaptiveK(int k_max, bool adaptive)
     : k_max_(std::clamp(k_max, 1, kMaxDraft)), adaptive_(adaptive), k_(k_max_) {
   // Start as if the rate justified k_max: a / (1 - a) = k_max.
   rate_ = static_cast<double>(k_max_) / (k_max_ + 1.0);
+}
+
+int AdaptiveK::take() {
+  if (!adaptive_ || rate_ >= kPauseBelow) {
+    paused_steps_ = 0;
+    return k_;
+  }
+  if (++paused_steps_ < kProbeEvery) return 0;
+  paused_steps_ = 0;
+  return 1;
 }
 
 void AdaptiveK::update(int drafted, int accepted) {

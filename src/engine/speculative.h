@@ -35,12 +35,10 @@ Result<Mode> parse_mode(std::string_view name);  // off, auto, ngram, draft, mtp
 std::string_view mode_name(Mode mode);
 
 inline constexpr int kMaxDraft = 16;
-inline constexpr int kMaxSnapshots = 16;
 
 struct Config {
   Mode mode = Mode::kOff;
   int k = 4;             // draft length, 1..16 (with adaptive: the upper bound)
-  int s = 1;             // rollback snapshots kept per sequence, 1..16
   bool adaptive = true;  // adjust k from the running acceptance rate
   int ngram_min = 1;     // n-gram drafter: shortest suffix matched
   int ngram_max = 4;     // and longest, tried first
@@ -75,17 +73,26 @@ VerifyResult verify(Sampler& sampler, const float* rows, int64_t n_vocab,
 // The draft length to use next, from the running acceptance rate. With per-token acceptance
 // a, the expected run of accepted drafts is a / (1 - a); the next k is that, rounded up,
 // within [1, k_max]. The rate is an exponential moving average over verified drafts.
+// Back-off: while the rate is below kPauseBelow, drafting pays for nothing (every rejected
+// draft costs a verify row and the drafter's work), so take() returns 0 (decode plainly)
+// except for a one-token probe every kProbeEvery steps, which keeps the rate current.
 class AdaptiveK {
  public:
+  static constexpr double kPauseBelow = 0.2;
+  static constexpr int kProbeEvery = 8;
   AdaptiveK(int k_max, bool adaptive);
   int next() const { return k_; }
+  // The draft length for this step (0: pause), advancing the probe counter.
+  int take();
   void update(int drafted, int accepted);
+  double rate() const { return rate_; }
 
  private:
   int k_max_;
   bool adaptive_;
   double rate_;
   int k_;
+  int paused_steps_ = 0;
 };
 
 }  // namespace power::spec

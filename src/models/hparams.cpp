@@ -46,6 +46,11 @@ Result<ModelHparams> read_decoder_hparams(const GgufFile& f, const std::string& 
   const std::string p = arch + ".";
   POWER_ASSIGN_OR_RETURN(hp.n_embd, required_int(f, p + "embedding_length", 1, kMaxDim));
   POWER_ASSIGN_OR_RETURN(hp.n_layer, required_int(f, p + "block_count", 1, 4096));
+  // MTP (NextN) layers are counted in block_count and sit after the main layers; the main
+  // model runs only those before them (models/mtp.h binds the rest).
+  POWER_ASSIGN_OR_RETURN(int64_t n_nextn,
+                         optional_int(f, p + "nextn_predict_layers", 0, 0, hp.n_layer - 1));
+  hp.n_layer -= n_nextn;
   POWER_ASSIGN_OR_RETURN(hp.n_ff, required_int(f, p + "feed_forward_length", 1, kMaxDim));
   POWER_ASSIGN_OR_RETURN(hp.n_head, required_int(f, p + "attention.head_count", 1, 65536));
   POWER_ASSIGN_OR_RETURN(hp.n_head_kv,

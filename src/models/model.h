@@ -71,6 +71,8 @@ class Model {
 
   // Rows of logits forward() writes for these chunks.
   static int64_t logit_rows(std::span<const ForwardChunk> chunks);
+  // Afterwards ws.x holds every batch token's final hidden state (before the output norm),
+  // in batch order: MTP drafting (models/mtp.h) reads them.
   Status forward(Workspace& ws, std::span<const ForwardChunk> chunks, float* logits) const;
 
  protected:

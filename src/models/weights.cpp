@@ -1,6 +1,7 @@
 #include "models/weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "base/log.h"
 #include "tensor/quant.h"
@@ -62,11 +63,28 @@ TensorView WeightBinder::bind(const std::string& name, std::vector<int64_t> shap
 }
 
 Status WeightBinder::finish() const {
+  // MTP blocks (the last nextn_predict_layers of block_count) are bound by models/mtp.cpp.
+  int64_t first_mtp_block = -1;
+  if (auto arch = file_.get_string("general.architecture"); arch.ok()) {
+    auto n_mtp = file_.get_u64(*arch + ".nextn_predict_layers");
+    auto n_blocks = file_.get_u64(*arch + ".block_count");
+    if (n_mtp.ok() && n_blocks.ok() && *n_mtp > 0 && *n_mtp < *n_blocks) {
+      first_mtp_block = static_cast<int64_t>(*n_blocks - *n_mtp);
+    }
+  }
   for (const GgufTensor& t : file_.tensors()) {
+    if (first_mtp_block >= 0 && t.name.rfind("blk.", 0) == 0 &&
+        std::atoll(t.name.c_str() + 4) >= first_mtp_block) {
+      continue;
+    }
     if (std::find(used_.begin(), used_.end(), t.name) == used_.end()) {
       POWER_LOG_WARN("tensor {} is not used by the model", t.name);
     }
   }
+  return status();
+}
+
+Status WeightBinder::status() const {
   if (errors_.empty()) return Status();
   Status first = errors_.front();
   if (errors_.size() > 1) first.with("further_errors", errors_.size() - 1);

@@ -203,7 +203,6 @@ Status request_config_from_json(const nlohmann::json& c, GenerateRequest& req) {
       SpeculativeOptions so;
       so.mode = sp.at("mode").get<std::string>();
       so.k = sp.at("k").get<int>();
-      so.s = sp.at("s").get<int>();
       so.adaptive = sp.at("adaptive").get<bool>();
       req.speculative = so;
     } else {

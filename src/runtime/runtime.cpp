@@ -81,6 +81,11 @@ struct ModelSlot {
   std::shared_ptr<const Model> draft_model;
   std::unique_ptr<Workspace> draft_ws;
   std::unique_ptr<KvCache> draft_kv;
+  // The target's MTP head (when the file has one; shared) and this replica's MTP workspace
+  // and KV pool (one layer, max_running contexts).
+  std::shared_ptr<const MtpHead> mtp;
+  std::unique_ptr<Workspace> mtp_ws;
+  std::unique_ptr<KvCache> mtp_kv;
   runtime::SpecCounters spec_totals;
   // Receipt facts of the loaded model, shared by the replicas; the tensor digest is computed
   // on the first receipt (it reads every weight once).
@@ -458,6 +463,14 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
         st = dws.status();
       }
     }
+    if (st.ok() && raw->mtp) {  // MTP drafting: batches of committed pairs
+      auto mws = raw->mtp->make_workspace(std::min<int64_t>(ws_tokens, 256), n_ctx, o.threads);
+      if (mws.ok()) {
+        raw->mtp_ws = std::move(*mws);
+      } else {
+        st = mws.status();
+      }
+    }
     const bool ok = st.ok();
     ready.set_value(std::move(st));
     if (ok) raw->run_worker();
@@ -481,6 +494,12 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
     POWER_ASSIGN_OR_RETURN(uint64_t draft_kv_bytes, KvCache::planned_bytes(draft_kc));
     fixed += slot.draft_ws->bytes() + draft_kv_bytes;
   }
+  KvCacheConfig mtp_kc;
+  if (slot.mtp) {  // the MTP workspace and its KV pool for max_running contexts
+    mtp_kc = slot.mtp->kv_config(n_ctx, o.max_running, kv_type);
+    POWER_ASSIGN_OR_RETURN(uint64_t mtp_kv_bytes, KvCache::planned_bytes(mtp_kc));
+    fixed += slot.mtp_ws->bytes() + mtp_kv_bytes;
+  }
   const uint64_t one_context = static_cast<uint64_t>(ctx_blocks) * block_bytes;
   if (fixed + one_context > available) {
     return Status(StatusCode::kDoesNotFit,
@@ -497,6 +516,9 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   POWER_ASSIGN_OR_RETURN(slot.kv, KvCache::create(kc));
   if (slot.draft_model) {
     POWER_ASSIGN_OR_RETURN(slot.draft_kv, KvCache::create(draft_kc));
+  }
+  if (slot.mtp) {
+    POWER_ASSIGN_OR_RETURN(slot.mtp_kv, KvCache::create(mtp_kc));
   }
   info.kv_blocks = pool_blocks;
   info.kv_cache_bytes = slot.kv->bytes_total();
@@ -594,8 +616,15 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     draft_model = std::move(dm);
     draft_weights = draft_file->file_size();
   }
+  // MTP layers are validated whenever the file declares them (a broken file fails here).
+  std::shared_ptr<const MtpHead> mtp;
+  if (mtp_layer_count(*file) > 0) {
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<MtpHead> head, MtpHead::load(*model));
+    mtp = std::move(head);
+  }
   POWER_RETURN_IF_ERROR(
-      runtime::resolve_mode(spec_default.mode, draft_model != nullptr, *file).status());
+      runtime::resolve_mode(spec_default.mode, draft_model != nullptr, mtp != nullptr, *file)
+          .status());
 
   std::lock_guard<std::mutex> load_lock(load_mu_);
   const uint64_t committed_before = committed_bytes_;
@@ -624,6 +653,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     slot->prefix_reuse = o.prefix_reuse;
     slot->spec_default = spec_default;
     slot->draft_model = draft_model;
+    slot->mtp = mtp;
     Status st = start_replica(*slot, o, kv_type, r == 0 ? info.weights_bytes + draft_weights : 0);
     if (!st.ok()) {
       committed_bytes_ = committed_before;  // the replicas made so far go with `h`
@@ -766,7 +796,6 @@ nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
     config["speculative"] = {{"enabled", true},
                              {"mode", std::string(spec::mode_name(spec_mode))},
                              {"k", spec_cfg.k},
-                             {"s", spec_cfg.s},
                              {"adaptive", spec_cfg.adaptive},
                              {"ngram_min", spec_cfg.ngram_min},
                              {"ngram_max", spec_cfg.ngram_max},
@@ -843,8 +872,9 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   if (request.speculative) {
     POWER_ASSIGN_OR_RETURN(spec_cfg, runtime::to_spec_config(*request.speculative));
   }
-  POWER_ASSIGN_OR_RETURN(spec::Mode spec_mode,
-                         runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, *m.file));
+  POWER_ASSIGN_OR_RETURN(
+      spec::Mode spec_mode,
+      runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, m.mtp != nullptr, *m.file));
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   int64_t max_new = request.max_tokens;
   if (max_new < 0 || (request.max_tokens_up_to_context && n_prompt + max_new > m.info.n_ctx)) {
@@ -888,8 +918,15 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
       drafter = std::make_unique<spec::DraftModelDrafter>(*m.draft_model, *m.draft_ws,
                                                           m.draft_kv.get(), dp);
     }
+    std::unique_ptr<spec::MtpDrafter> mtp_drafter;
+    if (spec_mode == spec::Mode::kMtp) {
+      SamplerParams dp = sp;
+      dp.seed = sp.seed ^ 0xD1B54A32D192ED03ull;  // its own stream (any seed is exact)
+      mtp_drafter = std::make_unique<spec::MtpDrafter>(*m.mtp, *m.mtp_ws, m.mtp_kv.get(), dp);
+    }
     r->spec = std::make_unique<runtime::SpecSequence>(spec_cfg, std::move(drafter),
-                                                      &r->result.speculative, &m.spec_totals);
+                                                      &r->result.speculative, &m.spec_totals,
+                                                      std::move(mtp_drafter));
   }
   RequestHandle h;
   h.state_ = r;

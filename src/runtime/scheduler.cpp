@@ -254,10 +254,10 @@ StepPlan Scheduler::plan(Clock::time_point now) {
     BatchItem it;
     it.id = s.req.id;
     it.kv = s.kv.get();
+    it.drafter = s.req.drafter;
     if (n_draft > 0) {
       it.tokens = s.verify;
       it.n_draft = n_draft;
-      it.drafter = s.req.drafter;
     } else {
       it.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.num_computed),
                                                              static_cast<size_t>(n));

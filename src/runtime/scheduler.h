@@ -67,6 +67,10 @@ class DraftSource {
   // The distributions the last drafts were drawn from (one n_vocab row per draft), or empty
   // for a deterministic drafter (point masses) and for greedy requests.
   virtual std::span<const float> draft_probs() const { return {}; }
+  // MTP drafting: the runner hands over the target's final hidden states (width floats per
+  // row) of every pass that included the sequence, rows at positions [pos0, pos0 + n_rows).
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) {}
 };
 
 struct SeqRequest {
@@ -88,7 +92,7 @@ struct BatchItem {
   // Speculative verify chunk: the last n_draft tokens are drafts (then wants_token is set and
   // the runner needs the logits of every position).
   int n_draft = 0;
-  DraftSource* drafter = nullptr;
+  DraftSource* drafter = nullptr;  // the sequence's drafter (every item of the sequence)
 };
 
 class StepRunner {

@@ -9,7 +9,6 @@ Result<spec::Config> to_spec_config(const SpeculativeOptions& o) {
   spec::Config c;
   POWER_ASSIGN_OR_RETURN(c.mode, spec::parse_mode(o.mode));
   c.k = o.k;
-  c.s = o.s;
   c.adaptive = o.adaptive;
   POWER_RETURN_IF_ERROR(c.validate());
   return c;
@@ -21,13 +20,15 @@ void finish_usage(SpeculativeUsage& u, int64_t completion_tokens) {
       u.target_passes > 0 ? static_cast<double>(completion_tokens) / u.target_passes : 0.0;
 }
 
-Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const GgufFile& target) {
+Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, bool have_mtp,
+                                const GgufFile& target) {
   switch (asked) {
     case spec::Mode::kOff:
     case spec::Mode::kNgram:
       return asked;
     case spec::Mode::kAuto:
-      return have_draft_model ? spec::Mode::kDraft : spec::Mode::kNgram;
+      if (have_draft_model) return spec::Mode::kDraft;
+      return have_mtp ? spec::Mode::kMtp : spec::Mode::kNgram;
     case spec::Mode::kDraft:
       if (!have_draft_model) {
         return Status(StatusCode::kInvalidArgument,
@@ -39,15 +40,16 @@ Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const G
       auto arch_r = target.get_string("general.architecture");
       const std::string arch = arch_r.ok() ? *arch_r : std::string();
       const std::string key = arch + ".nextn_predict_layers";
+      if (have_mtp) return asked;
       auto layers = target.get_u64(key);
       if (!layers.ok() || *layers == 0) {
         return Status(StatusCode::kInvalidArgument,
                       "speculative mode 'mtp' needs a model with MTP heads")
             .with("missing_key", key);
       }
-      return Status(StatusCode::kUnsupported,
-                    "speculative mode 'mtp': the model has MTP layers but Power does not run "
-                    "them yet; use ngram or draft")
+      // The loader validates MTP layers whenever a file declares them, so this is a caller
+      // that did not load them.
+      return Status(StatusCode::kInternal, "the model's MTP layers were not loaded")
           .with(key, *layers);
     }
   }
@@ -56,20 +58,21 @@ Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const G
 
 SpecSequence::SpecSequence(const spec::Config& config,
                            std::unique_ptr<spec::DraftModelDrafter> draft, SpeculativeUsage* usage,
-                           SpecCounters* totals)
+                           SpecCounters* totals, std::unique_ptr<spec::MtpDrafter> mtp)
     : cfg_(config),
       ngram_(config.ngram_min, config.ngram_max),
       model_(std::move(draft)),
+      mtp_(std::move(mtp)),
       k_(config.k, config.adaptive),
       usage_(usage),
       totals_(totals) {}
 
 int SpecSequence::draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) {
-  const int k = std::min(max_k, k_.next());
+  const int k = std::min(max_k, k_.take());
   if (k <= 0) return 0;
-  if (!model_) return ngram_.draft(tokens, k, out);
+  if (!model_ && !mtp_) return ngram_.draft(tokens, k, out);
   if (!error_.ok()) return 0;
-  Result<int> n = model_->draft(tokens, k, out);
+  Result<int> n = model_ ? model_->draft(tokens, k, out) : mtp_->draft(tokens, k, out);
   if (!n.ok()) {
     error_ = n.status();  // plain decoding from here on; the target's output is unaffected
     return 0;
@@ -89,7 +92,12 @@ void SpecSequence::verified(int drafted, int accepted) {
 }
 
 std::span<const float> SpecSequence::draft_probs() const {
-  return model_ ? model_->q() : std::span<const float>();
+  if (model_) return model_->q();
+  return mtp_ ? mtp_->q() : std::span<const float>();
+}
+
+void SpecSequence::observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) {
+  if (mtp_) mtp_->observe(pos0, rows, n_rows);
 }
 
 }  // namespace power::runtime

@@ -3,10 +3,11 @@
 //
 // resolve_mode() applies the rules: `off` speculates not at all; `ngram` always works (prompt
 // lookup needs no weights); `draft` needs a draft model loaded with the target
-// (LoadOptions::draft_model); `mtp` needs `<arch>.nextn_predict_layers` in the GGUF and is
-// not implemented yet (kUnsupported when the file has MTP layers, kInvalidArgument when it
-// has none); `auto` picks the draft model when one is loaded, else n-gram. A mode that was
-// asked for by name and is unavailable is an error, never a silent downgrade.
+// (LoadOptions::draft_model); `mtp` needs MTP layers (`<arch>.nextn_predict_layers` in the
+// GGUF, loaded as models/mtp.h; kInvalidArgument naming the key otherwise); `auto` picks the
+// draft model when one was loaded (the caller asked for it), else the MTP head when the file
+// has one, else n-gram. A mode that was asked for by name and is unavailable is an error,
+// never a silent downgrade.
 // SpecSequence drafts with its drafter for at most the adaptive k (AdaptiveK) tokens and
 // counts drafted / accepted / verify passes for the request and the replica.
 // Thread-safety: used on the replica's worker thread (scheduler plan/commit and the runner);
@@ -21,6 +22,7 @@
 
 #include "engine/speculative.h"
 #include "engine/speculative_draft.h"
+#include "engine/speculative_mtp.h"
 #include "format/gguf.h"
 #include "power/request.h"
 #include "runtime/scheduler.h"
@@ -39,18 +41,23 @@ struct SpecCounters {
 Result<spec::Config> to_spec_config(const SpeculativeOptions& options);
 // Fills the ratios of a finished request's usage.
 void finish_usage(SpeculativeUsage& usage, int64_t completion_tokens);
-// The mode a request runs with (kOff, kNgram or kDraft), or why the asked mode cannot run.
-Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, const GgufFile& target);
+// The mode a request runs with (kOff, kNgram, kDraft or kMtp), or why the asked mode cannot
+// run. `have_mtp`: the target's MTP head loaded.
+Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, bool have_mtp,
+                                const GgufFile& target);
 
 class SpecSequence : public DraftSource {
  public:
-  // `draft` is null for the n-gram drafter. `usage` (the request's) and `totals` (the
-  // replica's) are updated on every verified pass.
+  // `draft` and `mtp` are null for the n-gram drafter (at most one is set). `usage` (the
+  // request's) and `totals` (the replica's) are updated on every verified pass.
   SpecSequence(const spec::Config& config, std::unique_ptr<spec::DraftModelDrafter> draft,
-               SpeculativeUsage* usage, SpecCounters* totals);
+               SpeculativeUsage* usage, SpecCounters* totals,
+               std::unique_ptr<spec::MtpDrafter> mtp = nullptr);
   int draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) override;
   void verified(int drafted, int accepted) override;
   std::span<const float> draft_probs() const override;
+  bool wants_hidden() const override { return mtp_ != nullptr; }
+  void observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) override;
   int current_k() const { return k_.next(); }
   // The draft model's error, if one happened (drafting then stops for this sequence).
   const Status& error() const { return error_; }
@@ -59,6 +66,7 @@ class SpecSequence : public DraftSource {
   spec::Config cfg_;
   spec::NgramDrafter ngram_;
   std::unique_ptr<spec::DraftModelDrafter> model_;
+  std::unique_ptr<spec::MtpDrafter> mtp_;
   spec::AdaptiveK k_;
   SpeculativeUsage* usage_;
   SpecCounters* totals_;

@@ -524,10 +524,10 @@ void add_speculative_fields(FieldTable& t) {
           return bad_request(fmt::format("'{}' must be off, auto, ngram, draft or mtp", name),
                              name);
         }
-      } else if (key == "k" || key == "s") {
+      } else if (key == "k") {
         int64_t n = 0;
         if (auto e = read_integer(value, name, 1, 16, &n)) return e;
-        (key == "k" ? o.k : o.s) = static_cast<int>(n);
+        o.k = static_cast<int>(n);
       } else if (key == "adaptive") {
         if (auto e = read_bool(value, name, &o.adaptive)) return e;
       } else {

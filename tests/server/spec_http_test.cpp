@@ -44,8 +44,8 @@ TEST_F(SpecHttp, GreedyWithSpeculationEqualsPlain) {
   Reply plain = post_chat(port_, chat({}));
   ASSERT_EQ(plain.status, 200) << plain.body.dump();
   for (const json& spec :
-       {json{{"mode", "ngram"}, {"k", 4}},
-        json{{"mode", "auto"}, {"k", 7}, {"adaptive", false}, {"s", 2}}, json{{"mode", "off"}}}) {
+       {json{{"mode", "ngram"}, {"k", 4}}, json{{"mode", "auto"}, {"k", 7}, {"adaptive", false}},
+        json{{"mode", "off"}}}) {
     Reply r = post_chat(port_, chat({{"speculative", spec}}));
     ASSERT_EQ(r.status, 200) << r.body.dump();
     EXPECT_EQ(r.body["choices"][0]["message"]["content"],
@@ -72,6 +72,10 @@ TEST_F(SpecHttp, UnavailableModesAndBadShapesAre400) {
   Reply e = post_chat(port_, chat({{"speculative", {{"tree", true}}}}));
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.body["error"]["param"], "speculative.tree");
+  // `s` (rollback snapshots) was removed: linear drafts need exactly one (docs/SPECULATIVE.md).
+  Reply s = post_chat(port_, chat({{"speculative", {{"mode", "ngram"}, {"s", 2}}}}));
+  EXPECT_EQ(s.status, 400);
+  EXPECT_EQ(s.body["error"]["param"], "speculative.s");
   Reply f = post_chat(port_, chat({{"speculative", "ngram"}}));
   EXPECT_EQ(f.status, 400);
   // The server keeps serving.
