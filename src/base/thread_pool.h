@@ -3,10 +3,21 @@
 // parallel_for(n, fn) splits [0, n) into one contiguous chunk per thread (the caller's thread
 // takes chunk 0) and returns when every chunk is done. Calls to parallel_for on one pool are
 // serialized; fn must not call back into the same pool. Exceptions must not escape fn.
+//
+// Wake-ups: a decoder step makes ~8 parallel_for calls per layer, microseconds apart. Idle
+// workers (and the caller waiting for the last chunk) may spin on an atomic for up to spin_us
+// microseconds before they sleep on a condition variable, which saves a futex wake-up per call
+// when every thread has a core of its own (llama.cpp's workers spin). When cores are shared
+// (more runnable threads than cores), spinning steals the time the other threads need: on the
+// 2-core shared VM it made runtime_test's model tests 4-12x slower (docs/API.md, "Measured"),
+// so the default is 0 (sleep at once); POWER_SPIN_US=N in the environment sets it (read once
+// per pool).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -17,12 +28,14 @@ namespace power {
 class ThreadPool {
  public:
   // n_threads counts the caller: 1 means no worker threads. 0 picks the logical core count.
-  explicit ThreadPool(int n_threads = 0);
+  // spin_us < 0: POWER_SPIN_US if set, else 0.
+  explicit ThreadPool(int n_threads = 0, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  int spin_us() const { return spin_us_; }
 
   // fn(begin, end, thread_index) over disjoint ranges covering [0, n).
   void parallel_for(size_t n, const std::function<void(size_t, size_t, int)>& fn);
@@ -31,16 +44,24 @@ class ThreadPool {
   void worker_loop(int index);
 
   int n_threads_;
+  int spin_us_;
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // serializes parallel_for callers
+  // Job hand-off: job_ and job_n_ are written before generation_ is bumped (release) and read
+  // after it is seen (acquire). pending_ counts workers not done with the current job.
+  const std::function<void(size_t, size_t, int)>* job_ = nullptr;
+  size_t job_n_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  // Sleeping: a worker (or the caller) that stops spinning registers in sleepers_ /
+  // caller_sleeping_ under mu_ before it waits; whoever changes generation_ / pending_ then
+  // takes mu_ and notifies.
   std::mutex mu_;
   std::condition_variable cv_work_;
   std::condition_variable cv_done_;
-  const std::function<void(size_t, size_t, int)>* job_ = nullptr;
-  size_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false};
 };
 
 }  // namespace power

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace power {
@@ -22,17 +25,26 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
+// Every round's work is done before parallel_for returns, whether the workers sleep at once
+// (spin 0), spin briefly, or spin longer than the gaps between rounds; a pause between rounds
+// lets spinning workers fall asleep so the wake-up path runs too.
 TEST(ThreadPool, ManyRoundsSum) {
-  ThreadPool pool(4);
-  std::atomic<long> total{0};
-  for (int round = 0; round < 2000; ++round) {
-    pool.parallel_for(100, [&](size_t b, size_t e, int) {
-      long s = 0;
-      for (size_t i = b; i < e; ++i) s += static_cast<long>(i);
-      total += s;
-    });
+  for (int spin_us : {0, 20, 500}) {
+    ThreadPool pool(4, spin_us);
+    EXPECT_EQ(pool.spin_us(), spin_us);
+    long total = 0;  // written by the caller only, after each round: no atomics needed
+    std::vector<long> part(4);
+    for (int round = 0; round < 500; ++round) {
+      pool.parallel_for(100, [&](size_t b, size_t e, int t) {
+        long s = 0;
+        for (size_t i = b; i < e; ++i) s += static_cast<long>(i);
+        part[static_cast<size_t>(t)] = s;
+      });
+      for (long& p : part) total += std::exchange(p, 0);
+      if (round % 100 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(total, 500L * 4950L) << "spin_us " << spin_us;
   }
-  EXPECT_EQ(total.load(), 2000L * 4950L);
 }
 
 }  // namespace
