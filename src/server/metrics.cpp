@@ -14,7 +14,8 @@ void Metrics::count_rejection(const std::string& reason) {
   ++rejections_[reason];
 }
 
-void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client) {
+void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client,
+                               bool never_admitted) {
   std::lock_guard<std::mutex> lk(mu_);
   ++generations_;
   prompt_tokens_ += static_cast<uint64_t>(usage.prompt_tokens);
@@ -22,6 +23,10 @@ void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelle
   cached_prompt_tokens_ += static_cast<uint64_t>(usage.cached_prompt_tokens);
   if (usage.cached_prompt_tokens > 0) ++prompt_cache_hits_;
   if (cancelled_by_client) ++client_cancellations_;
+  // Cancelled while still queued: it never ran.
+  if (cancelled_by_client && usage.completion_tokens == 0 && never_admitted) {
+    ++client_cancellations_queued_;
+  }
   if (usage.completion_tokens > 0) {
     double s = ttft_ms / 1000.0;
     for (size_t i = 0; i < kTtftBucketsSeconds.size(); ++i) {
@@ -79,6 +84,9 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
   header("power_client_cancellations_total", "counter",
          "Generations cancelled because the client went away.");
   o += fmt::format("power_client_cancellations_total {}\n", client_cancellations_);
+  header("power_client_cancellations_queued_total", "counter",
+         "Client cancellations of requests that were still queued (never ran).");
+  o += fmt::format("power_client_cancellations_queued_total {}\n", client_cancellations_queued_);
   header("power_prompt_tokens_total", "counter", "Prompt tokens processed.");
   o += fmt::format("power_prompt_tokens_total {}\n", prompt_tokens_);
   header("power_completion_tokens_total", "counter", "Tokens generated.");

@@ -29,8 +29,11 @@ class Metrics {
   // A request turned away before generating: "queue_full", "does_not_fit", "deadline",
   // "invalid_request", "unauthorized", "body_too_large", "not_found", "draining".
   void count_rejection(const std::string& reason);
-  // A generation that ran: its tokens, time to first token and prompt-cache reuse.
-  void count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client);
+  // A generation that ended: its tokens, time to first token and prompt-cache reuse.
+  // `never_admitted`: it was still queued when it ended (counted apart when the client went
+  // away: power_client_cancellations_queued_total).
+  void count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client,
+                        bool never_admitted = false);
 
   struct ModelGauges {
     std::string name;
@@ -50,6 +53,7 @@ class Metrics {
   std::map<std::string, uint64_t> rejections_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
   uint64_t generations_ = 0, prompt_cache_hits_ = 0, client_cancellations_ = 0;
+  uint64_t client_cancellations_queued_ = 0;
   std::array<uint64_t, kTtftBucketsSeconds.size()> ttft_buckets_{};
   uint64_t ttft_count_ = 0;
   double ttft_sum_seconds_ = 0;

@@ -539,6 +539,17 @@ void add_speculative_fields(FieldTable& t) {
   };
 }
 
+// logprobs on /v1/completions (the legacy completions shape): an integer N, 0..20 (OpenAI
+// allows up to 5): every token's log-probability and the N most likely alternatives.
+void add_completion_logprobs_fields(FieldTable& t) {
+  t["logprobs"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    int64_t n = 0;
+    if (auto e = read_integer(v, "logprobs", 0, 20, &n)) return e;
+    c.out.request.top_logprobs = static_cast<int32_t>(n);
+    return std::nullopt;
+  };
+}
+
 // ---- field groups not implemented yet ----
 // These fields are not in the tables, so they get the generic 400 "unsupported field" until
 // their group is added here as add_<group>_fields(t) and called from field_table():
@@ -564,6 +575,7 @@ const FieldTable& field_table(Endpoint endpoint) {
     add_length_fields(t, /*chat=*/false);
     add_sampling_fields(t);
     add_stream_fields(t);
+    add_completion_logprobs_fields(t);
     add_receipt_fields(t);
     add_speculative_fields(t);
     return t;
@@ -626,17 +638,10 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
     }
     req.top_logprobs = ctx.top_logprobs;
   }
-  // Streamed responses carry content deltas only (docs/SERVER.md): logprobs and tool-call
-  // deltas are not streamed yet, so asking for them with 'stream' is refused, never dropped.
-  if (r.mapped.stream && req.top_logprobs >= 0) {
-    r.error = bad_request("'logprobs' is not supported with 'stream': true yet", "logprobs");
-    return r;
-  }
-  if (r.mapped.stream && !req.tools_json.empty() && req.tool_choice_json != "\"none\"") {
-    r.error = bad_request(
-        "'tools' is not supported with 'stream': true yet (tool-call deltas are not streamed)",
-        "tools");
-    return r;
+  // Streams carry logprobs per chunk and tool calls as delta.tool_calls (docs/SERVER.md).
+  if (!req.tools_json.empty() && req.tool_choice_json != "\"none\"") {
+    r.mapped.tools_active = true;
+    r.mapped.tool_call_forced = !req.tool_choice_json.empty() && req.tool_choice_json != "\"auto\"";
   }
   if (!ctx.max_tokens_given) {
     req.max_tokens = -1;
@@ -705,20 +710,47 @@ json chat_response(const ResponseMeta& meta, const Completion& c) {
       {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
 }
 
+json completion_logprobs_json(const std::vector<TokenLogprobs>& lps, size_t* text_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  for (const TokenLogprobs& lp : lps) {
+    tokens.push_back(lp.chosen.bytes);
+    token_logprobs.push_back(lp.chosen.logprob);
+    // OpenAI: the N most likely tokens, plus the sampled one when it is not among them.
+    json alternatives = json::object();
+    for (const TokenLogprob& t : lp.top) {
+      if (!alternatives.contains(t.bytes)) alternatives[t.bytes] = t.logprob;
+    }
+    if (!alternatives.contains(lp.chosen.bytes)) alternatives[lp.chosen.bytes] = lp.chosen.logprob;
+    top.push_back(std::move(alternatives));
+    offsets.push_back(*text_offset);
+    *text_offset += lp.chosen.bytes.size();
+  }
+  return json{{"tokens", tokens},
+              {"token_logprobs", token_logprobs},
+              {"top_logprobs", top},
+              {"text_offset", offsets}};
+}
+
 json completion_response(const ResponseMeta& meta, const Completion& c) {
   json choice = {
       {"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c)}};
+  if (!c.logprobs.empty()) {
+    size_t offset = 0;
+    choice["logprobs"] = completion_logprobs_json(c.logprobs, &offset);
+  }
   return json{
       {"id", meta.id},       {"object", "text_completion"},      {"created", meta.created},
       {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
 }
 
 json chat_chunk(const ResponseMeta& meta, const std::string* role, const std::string* delta_text,
-                const std::string* finish, bool with_usage_null) {
+                const std::string* finish, bool with_usage_null, const json* logprobs) {
   json delta = json::object();
   if (role != nullptr) delta["role"] = *role;
   if (delta_text != nullptr) delta["content"] = *delta_text;
   json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}};
+  if (logprobs != nullptr) choice["logprobs"] = *logprobs;
   choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
   json j = {{"id", meta.id},
             {"object", "chat.completion.chunk"},
@@ -730,8 +762,9 @@ json chat_chunk(const ResponseMeta& meta, const std::string* role, const std::st
 }
 
 json completion_chunk(const ResponseMeta& meta, const std::string& text, const std::string* finish,
-                      bool with_usage_null) {
+                      bool with_usage_null, const json* logprobs) {
   json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+  if (logprobs != nullptr) choice["logprobs"] = *logprobs;
   choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
   json j = {{"id", meta.id},
             {"object", "text_completion"},
@@ -740,6 +773,38 @@ json completion_chunk(const ResponseMeta& meta, const std::string& text, const s
             {"choices", json::array({choice})}};
   if (with_usage_null) j["usage"] = nullptr;
   return j;
+}
+
+std::vector<json> tool_call_chunks(const ResponseMeta& meta, const std::vector<ToolCall>& calls,
+                                   bool with_usage_null, const json* logprobs) {
+  std::vector<json> out;
+  auto chunk = [&](json call) {
+    json choice = {{"index", 0},
+                   {"delta", {{"tool_calls", json::array({std::move(call)})}}},
+                   {"logprobs", nullptr},
+                   {"finish_reason", nullptr}};
+    if (out.empty() && logprobs != nullptr) choice["logprobs"] = *logprobs;
+    json j = {{"id", meta.id},
+              {"object", "chat.completion.chunk"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", json::array({std::move(choice)})}};
+    if (with_usage_null) j["usage"] = nullptr;
+    out.push_back(std::move(j));
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ToolCall& tc = calls[i];
+    chunk({{"index", i},
+           {"id", tc.id},
+           {"type", "function"},
+           {"function", {{"name", tc.name}, {"arguments", ""}}}});
+    // The arguments in fragments, as OpenAI sends them (each a piece of the JSON text).
+    constexpr size_t kFragment = 32;
+    for (size_t at = 0; at < tc.arguments_json.size(); at += kFragment) {
+      chunk({{"index", i}, {"function", {{"arguments", tc.arguments_json.substr(at, kFragment)}}}});
+    }
+  }
+  return out;
 }
 
 json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u) {

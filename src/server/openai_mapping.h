@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,10 @@ struct MappedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  // Chat with tools and tool_choice other than "none": a stream holds back text that may be
+  // a call (server/tool_stream.h); forced: tool_choice "required" or a named function.
+  bool tools_active = false;
+  bool tool_call_forced = false;
   GenerateRequest request;  // callbacks left empty
 };
 
@@ -72,11 +77,28 @@ nlohmann::json chat_response(const ResponseMeta& meta, const Completion& c);
 nlohmann::json completion_response(const ResponseMeta& meta, const Completion& c);
 // One streamed chunk. `delta_text` / `role` / `finish` absent when empty; `with_usage_null`
 // adds "usage": null as OpenAI does on every chunk when include_usage is set.
+// `logprobs`, when given, is the chunk's choices[0].logprobs (chat: logprobs_json of the
+// chunk's tokens; completions: completion_logprobs_json).
 nlohmann::json chat_chunk(const ResponseMeta& meta, const std::string* role,
                           const std::string* delta_text, const std::string* finish,
-                          bool with_usage_null);
+                          bool with_usage_null, const nlohmann::json* logprobs = nullptr);
 nlohmann::json completion_chunk(const ResponseMeta& meta, const std::string& text,
-                                const std::string* finish, bool with_usage_null);
+                                const std::string* finish, bool with_usage_null,
+                                const nlohmann::json* logprobs = nullptr);
+// The legacy completions logprobs: {tokens, token_logprobs, top_logprobs (objects token ->
+// logprob: the N most likely and the sampled token), text_offset}. Offsets are byte offsets
+// into the completion text, continuing from *text_offset (advanced past these tokens), so a
+// stream's chunks number on from each other.
+nlohmann::json completion_logprobs_json(const std::vector<TokenLogprobs>& logprobs,
+                                        size_t* text_offset);
+// A finished reply's tool calls as OpenAI streams them: per call, a chunk with
+// delta.tool_calls [{index, id, type: "function", function: {name, arguments: ""}}], then
+// chunks with argument fragments [{index, function: {arguments}}]. `logprobs` (if given) goes
+// on the first chunk.
+std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& meta,
+                                             const std::vector<ToolCall>& calls,
+                                             bool with_usage_null,
+                                             const nlohmann::json* logprobs = nullptr);
 // The final usage chunk (choices: []).
 nlohmann::json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u);
 

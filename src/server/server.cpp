@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -15,11 +16,13 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "server/api_keys.h"
+#include "server/connection_watch.h"
 #include "server/embed_openai.h"
 #include "server/management.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/openai_mapping.h"
+#include "server/tool_stream.h"
 
 namespace power::server {
 
@@ -81,15 +84,24 @@ std::string reason_for(const ApiError& e) {
   return "invalid_request";
 }
 
-// One streamed generation: the runtime's worker thread produces, the HTTP thread writes.
+// One generation: the runtime's worker thread produces, the HTTP thread waits and writes.
 struct StreamState {
   std::mutex mu;
   std::condition_variable cv;
   std::string pending;
+  std::vector<TokenLogprobs> pending_logprobs;  // of tokens since the last take
   bool done = false;
   Completion completion;
   std::atomic<bool> client_gone{false};
 };
+
+// How often a waiting request checks that its client is still connected (docs/SERVER.md).
+constexpr std::chrono::milliseconds kWatchInterval{20};
+
+// A request that ended without ever being admitted (still queued): no queue time, no prefill.
+bool never_admitted(const Completion& c) {
+  return c.usage.completion_tokens == 0 && c.timings.queue_ms == 0 && c.timings.prefill_ms == 0;
+}
 
 }  // namespace
 
@@ -161,7 +173,7 @@ struct Server::Impl {
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void stream_generation(Endpoint endpoint, const MappedRequest& mapped, ResponseMeta meta,
                          std::shared_ptr<LoadedModel> model, GenerateRequest request,
-                         httplib::Response& res);
+                         ConnectionWatch watch, httplib::Response& res);
   void register_routes();
 };
 
@@ -194,18 +206,43 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
     request.deadline =
         std::chrono::steady_clock::now() + std::chrono::seconds(opts.queue_timeout_s);
   }
+  ConnectionWatch watch(bound_port, req.remote_addr, req.remote_port);
   if (mapped.mapped.stream) {
     return stream_generation(endpoint, mapped.mapped, std::move(meta), model, std::move(request),
-                             res);
+                             std::move(watch), res);
   }
+  auto state = std::make_shared<StreamState>();
+  request.on_done = [state](const Completion&) {
+    {
+      std::lock_guard<std::mutex> lk(state->mu);
+      state->done = true;
+    }
+    state->cv.notify_all();
+  };
   auto handle = runtime->submit(model->handle, std::move(request));
   if (!handle.ok()) return send_error(res, error_from_status(handle.status()));
   uint64_t key = track(*handle);
+  {
+    // While it waits (queued or running) the client's connection is watched: a client that
+    // went away cancels the request at the next scheduler step.
+    std::unique_lock<std::mutex> lk(state->mu);
+    while (!state->cv.wait_for(lk, kWatchInterval, [&] { return state->done; })) {
+      if (state->client_gone) continue;
+      lk.unlock();
+      const bool gone = watch.peer_gone();
+      lk.lock();
+      if (gone) {
+        state->client_gone = true;
+        handle->cancel();
+      }
+    }
+  }
   Completion c = handle->wait();
   untrack(key);
   if (!c.status.ok()) {
     if (c.usage.completion_tokens > 0 || c.status.code() == StatusCode::kCancelled) {
-      metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, false);
+      metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, state->client_gone.load(),
+                               never_admitted(c));
     }
     return send_error(res, error_from_status(c.status));
   }
@@ -221,12 +258,14 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
 
 void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& mapped,
                                      ResponseMeta meta, std::shared_ptr<LoadedModel> model,
-                                     GenerateRequest request, httplib::Response& res) {
+                                     GenerateRequest request, ConnectionWatch watch,
+                                     httplib::Response& res) {
   auto state = std::make_shared<StreamState>();
   request.on_stream = [state](const StreamEvent& e) {
-    if (!e.text.empty()) {
+    if (!e.text.empty() || e.logprobs != nullptr) {
       std::lock_guard<std::mutex> lk(state->mu);
       state->pending.append(e.text);
+      if (e.logprobs != nullptr) state->pending_logprobs.push_back(*e.logprobs);
     }
     state->cv.notify_all();
     return !state->client_gone.load();
@@ -239,18 +278,22 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
     }
     state->cv.notify_all();
   };
+  const bool want_logprobs = request.top_logprobs >= 0;
   // Immediate rejections (queue full, does not fit, bad token ids) are plain HTTP errors.
   auto submitted = runtime->submit(model->handle, std::move(request));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   RequestHandle handle = *submitted;
   uint64_t key = track(handle);
   const bool include_usage = mapped.include_usage;
+  const bool tools_active = mapped.tools_active && endpoint == Endpoint::kChatCompletions;
+  const bool tool_call_forced = mapped.tool_call_forced;
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, state, handle, meta, endpoint, include_usage, model](
-          size_t, httplib::DataSink& sink) mutable -> bool {
+      [this, state, handle, meta, endpoint, include_usage, model, want_logprobs, tools_active,
+       tool_call_forced, watch](size_t, httplib::DataSink& sink) mutable -> bool {
+        const bool chat = endpoint == Endpoint::kChatCompletions;
         auto send = [&](const std::string& payload) {
           std::string frame = "data: " + payload + "\n\n";
           if (!sink.write(frame.data(), frame.size())) {
@@ -260,28 +303,57 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
           }
           return true;
         };
+        // Logprobs of tokens whose text has not gone out yet; they ride on the next chunk.
+        std::vector<TokenLogprobs> carry;
+        size_t text_offset = 0;  // completions: text_offset numbers on across chunks
+        auto take_logprobs = [&]() -> std::optional<json> {
+          if (!want_logprobs || carry.empty()) return std::nullopt;
+          json j = chat ? logprobs_json(carry) : completion_logprobs_json(carry, &text_offset);
+          carry.clear();
+          return j;
+        };
+        auto send_content = [&](const std::string& text) {
+          std::optional<json> lp = take_logprobs();
+          const json* lpp = lp ? &*lp : nullptr;
+          json chunk = chat ? chat_chunk(meta, nullptr, &text, nullptr, include_usage, lpp)
+                            : completion_chunk(meta, text, nullptr, include_usage, lpp);
+          return send(to_wire(chunk));
+        };
         const std::string role = "assistant";
         const std::string empty;
-        if (endpoint == Endpoint::kChatCompletions &&
-            !send(to_wire(chat_chunk(meta, &role, &empty, nullptr, include_usage)))) {
+        if (chat && !send(to_wire(chat_chunk(meta, &role, &empty, nullptr, include_usage)))) {
           return false;
         }
+        ToolStreamFilter filter(tool_call_forced);
+        auto next_check = std::chrono::steady_clock::now() + kWatchInterval;
         while (true) {
           std::string text;
           bool done = false;
           {
             std::unique_lock<std::mutex> lk(state->mu);
-            state->cv.wait(lk, [&] { return state->done || !state->pending.empty(); });
+            state->cv.wait_until(lk, next_check,
+                                 [&] { return state->done || !state->pending.empty(); });
             text.swap(state->pending);
+            for (TokenLogprobs& lp : state->pending_logprobs) carry.push_back(std::move(lp));
+            state->pending_logprobs.clear();
             done = state->done;
           }
+          if (tools_active) text = filter.push(text);
           if (!text.empty()) {
-            json chunk = endpoint == Endpoint::kChatCompletions
-                             ? chat_chunk(meta, nullptr, &text, nullptr, include_usage)
-                             : completion_chunk(meta, text, nullptr, include_usage);
-            if (!send(to_wire(chunk))) return false;
+            if (!send_content(text)) return false;
+            next_check = std::chrono::steady_clock::now() + kWatchInterval;
           }
           if (done) break;
+          // Nothing written for a while (queued, prefilling, or text held back): a write
+          // cannot tell whether the client is still there, the socket can.
+          if (std::chrono::steady_clock::now() >= next_check) {
+            if (watch.peer_gone()) {
+              state->client_gone = true;
+              handle.cancel();
+              return false;
+            }
+            next_check = std::chrono::steady_clock::now() + kWatchInterval;
+          }
         }
         const Completion& c = state->completion;
         if (!c.status.ok()) {
@@ -290,10 +362,22 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
           metrics.count_rejection(reason_for(e));
           if (!send(to_wire(error_body(e)))) return false;
         } else {
+          if (tools_active) {
+            const std::string rest = filter.finish(c);
+            if (!rest.empty() && !send_content(rest)) return false;
+            if (!c.tool_calls.empty()) {
+              std::optional<json> lp = take_logprobs();
+              for (const json& chunk :
+                   tool_call_chunks(meta, c.tool_calls, include_usage, lp ? &*lp : nullptr)) {
+                if (!send(to_wire(chunk))) return false;
+              }
+            }
+          }
+          // Tokens whose text never went out (a matched stop string): their logprobs still do.
+          if (want_logprobs && !carry.empty() && !send_content("")) return false;
           std::string finish = finish_reason(c);
-          json chunk = endpoint == Endpoint::kChatCompletions
-                           ? chat_chunk(meta, nullptr, nullptr, &finish, include_usage)
-                           : completion_chunk(meta, "", &finish, include_usage);
+          json chunk = chat ? chat_chunk(meta, nullptr, nullptr, &finish, include_usage)
+                            : completion_chunk(meta, "", &finish, include_usage);
           if (!send(to_wire(chunk))) return false;
           if (include_usage && !send(to_wire(usage_chunk(endpoint, meta, c.usage)))) {
             return false;
@@ -319,7 +403,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
         Completion c = handle.wait();
         untrack(key);
         metrics.count_generation(c.usage, c.timings.time_to_first_token_ms,
-                                 state->client_gone.load());
+                                 state->client_gone.load(), never_admitted(c));
       });
 }
 

@@ -154,6 +154,125 @@ test('errors: unknown model 404, bad field 400 naming it, n>1 400', async () => 
     (e) => e instanceof OpenAI.BadRequestError && /not an embedding model/.test(e.message));
 });
 
+test('chat: streamed logprobs per chunk, the stream helper collects them', async () => {
+  const params = {
+    model: MODEL, messages: [{ role: 'user', content: 'Tell me about a dog.' }],
+    max_completion_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2,
+  };
+  const whole = await client.chat.completions.create(params);
+  const want = whole.choices[0].logprobs.content;
+  assert.ok(want.length > 0 && want.length <= whole.usage.completion_tokens);
+  const runner = client.chat.completions.stream(params);
+  const perChunk = [];
+  runner.on('chunk', (chunk) => {
+    const lp = chunk.choices[0]?.logprobs;
+    if (lp) perChunk.push(...lp.content);
+  });
+  const final = await runner.finalChatCompletion();
+  const got = final.choices[0].logprobs.content;
+  assert.deepEqual(got.map((e) => e.token), want.map((e) => e.token));
+  assert.deepEqual(perChunk.map((e) => e.token), want.map((e) => e.token));
+  for (let i = 0; i < got.length; i++) {
+    assert.ok(Math.abs(got[i].logprob - want[i].logprob) < 1e-4);
+    assert.equal(got[i].top_logprobs.length, 2);
+    // Greedy: the chosen token is the most likely one.
+    assert.ok(Math.abs(got[i].top_logprobs[0].logprob - got[i].logprob) < 1e-6);
+  }
+  assert.equal(final.choices[0].message.content, whole.choices[0].message.content);
+});
+
+test('completions: streamed logprobs in the completions shape', async () => {
+  const params = { model: MODEL, prompt: 'Once upon a time', max_tokens: 10, temperature: 0,
+    logprobs: 1 };
+  const whole = await client.completions.create(params);
+  const lp = whole.choices[0].logprobs;
+  assert.equal(lp.tokens.join(''), whole.choices[0].text);
+  const stream = await client.completions.create({ ...params, stream: true });
+  const tokens = [];
+  const offsets = [];
+  for await (const chunk of stream) {
+    const c = chunk.choices[0].logprobs;
+    if (!c) continue;
+    tokens.push(...c.tokens);
+    offsets.push(...c.text_offset);
+  }
+  assert.deepEqual(tokens, lp.tokens);
+  assert.deepEqual(offsets, lp.text_offset);
+});
+
+// The tool: a closed enum makes the forced call's arguments exactly one of two objects, so
+// what stories260K writes under the tool-call grammar is checkable.
+const weatherTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', enum: ['Paris', 'Rome'] } },
+      required: ['city'],
+      additionalProperties: false,
+    },
+  },
+};
+
+test('chat: streamed tool call deltas, accepted by chat.completions.stream', async () => {
+  const params = {
+    model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+    tools: [weatherTool], tool_choice: 'required', temperature: 0, max_completion_tokens: 60,
+  };
+  const whole = await client.chat.completions.create(params);
+  assert.equal(whole.choices[0].finish_reason, 'tool_calls');
+  const wantCall = whole.choices[0].message.tool_calls[0];
+  const runner = client.chat.completions.stream(params);
+  let sawNameChunk = false;
+  let contentChunks = 0;
+  runner.on('chunk', (chunk) => {
+    const d = chunk.choices[0]?.delta;
+    if (d?.tool_calls?.[0]?.function?.name === 'get_weather') {
+      sawNameChunk = true;
+      assert.equal(d.tool_calls[0].index, 0);
+      assert.equal(d.tool_calls[0].type, 'function');
+      assert.ok(d.tool_calls[0].id);
+    }
+    if (d?.content) contentChunks++;
+  });
+  const final = await runner.finalChatCompletion();
+  assert.ok(sawNameChunk);
+  assert.equal(contentChunks, 0);  // the call's text is not streamed as content
+  const choice = final.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.function.name, 'get_weather');
+  assert.equal(call.id, wantCall.id);
+  assert.equal(call.function.arguments, wantCall.function.arguments);
+  assert.ok(['Paris', 'Rome'].includes(JSON.parse(call.function.arguments).city));
+});
+
+test('chat: runTools (streaming) runs the tool from streamed deltas', async () => {
+  const calls = [];
+  const runner = client.chat.completions.runTools({
+    model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }], stream: true,
+    temperature: 0, max_completion_tokens: 60,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    tools: [{
+      type: 'function',
+      function: {
+        name: 'get_weather',
+        parameters: weatherTool.function.parameters,
+        parse: JSON.parse,
+        function: (args) => { calls.push(args); return { sky: 'clear' }; },
+      },
+    }],
+  });
+  await runner.done();
+  assert.equal(calls.length, 1);
+  assert.ok(['Paris', 'Rome'].includes(calls[0].city));
+  const tool = runner.messages.find((m) => m.role === 'tool');
+  assert.equal(tool.content, JSON.stringify({ sky: 'clear' }));
+});
+
 test('abort mid-stream cancels the generation on the server', async () => {
   const before = metricValue(await metrics(), 'power_client_cancellations_total');
   const tokensBefore = metricValue(await metrics(), 'power_completion_tokens_total');
