@@ -2,14 +2,19 @@
 // 1 token) and matmul (prefill tile, 64 tokens) over a 2048 x 5632 weight (TinyLlama's FFN),
 // one thread unless --benchmark_filter picks the /threads:2 variants. Counters: weight bytes
 // read per second (bytes_per_second) and multiply-adds as FLOP/s (2 per weight x token).
+// Q4_0 and Q8_0 also run on the repacked 8-row layout (kernels/cpu/matmul_repack.h): names
+// with /packed/ vs /rows/. tokens:8 is the batched-decode shape (8 streams, one step): compare
+// its time with 8 x the tokens:1 time.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/context.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
 
 namespace power {
@@ -46,19 +51,45 @@ const Weights& weights(GgmlType type) {
   return cache.back().second;
 }
 
-void BM_matmul(benchmark::State& state, GgmlType type, CpuIsa isa, int64_t n_tokens, int threads) {
+// The packed copies, registered once per type and kept for the process.
+void ensure_packed(const Weights& w) {
+  static std::vector<std::unique_ptr<RepackedWeights>> packs;
+  if (matmul_uses_repacked(w.view)) return;
+  packs.push_back(std::make_unique<RepackedWeights>());
+  packs.back()->add(w.view);
+}
+
+// A view of the same bytes the registry never matches (one row fewer): the ggml-row kernels.
+TensorView unpacked_view(const Weights& w) {
+  TensorView v = w.view;
+  v.ne[1] = kRows - 8;
+  return v;
+}
+
+void BM_matmul(benchmark::State& state, GgmlType type, CpuIsa isa, int64_t n_tokens, int threads,
+               bool packed) {
   if (!set_cpu_isa_for_testing(isa)) {
     state.SkipWithError("ISA not available on this CPU");
     return;
   }
   const Weights& w = weights(type);
+  TensorView view = w.view;
+  if (packed) {
+    ensure_packed(w);
+    if (!matmul_uses_repacked(view)) {
+      state.SkipWithError("repacking unavailable (ISA or POWER_REPACK)");
+      return;
+    }
+  } else if (matmul_repack_supported(type)) {
+    view = unpacked_view(w);
+  }
   std::vector<float> x(static_cast<size_t>(kK * n_tokens), 0.5f), y(kRows * n_tokens);
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(rng);
   CpuContext ctx(threads, kK, 16);
   for (auto _ : state) {
-    matmul(ctx, w.view, x.data(), kK, n_tokens, y.data(), kRows);
+    matmul(ctx, view, x.data(), kK, n_tokens, y.data(), kRows);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
@@ -77,14 +108,20 @@ void register_all() {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!cpu_isa_available(isa)) continue;
     for (auto [type, name] : types) {
-      for (int64_t tokens : {1, 64}) {
-        for (int threads : {1, 2}) {
-          const std::string id =
-              std::string("matmul/") + name + "/" + std::string(cpu_isa_name(isa)) +
-              "/tokens:" + std::to_string(tokens) + "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(id.c_str(), BM_matmul, type, isa, tokens, threads)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
+      const bool has_packed =
+          isa != CpuIsa::kScalar && (type == GgmlType::Q4_0 || type == GgmlType::Q8_0);
+      for (bool packed : {false, true}) {
+        if (packed && !has_packed) continue;
+        for (int64_t tokens : {1, 8, 64}) {
+          for (int threads : {1, 2}) {
+            const std::string id =
+                std::string("matmul/") + name + "/" + std::string(cpu_isa_name(isa)) +
+                (has_packed ? (packed ? "/packed" : "/rows") : "") +
+                "/tokens:" + std::to_string(tokens) + "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(id.c_str(), BM_matmul, type, isa, tokens, threads, packed)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
         }
       }
     }

@@ -15,6 +15,17 @@ Result<std::unique_ptr<Workspace>> Model::make_workspace(int64_t max_batch_token
   return std::make_unique<Workspace>(hp_, max_batch_tokens, n_ctx, n_threads);
 }
 
+void Model::repack_weights() {
+  for (const GgufTensor& t : file_->tensors()) {
+    if (t.ne.size() != 2 || !matmul_repack_supported(t.type)) continue;
+    // The embedding table only serves row lookups, unless it is tied to the output head.
+    if (t.data == token_embd_.data && output_.data != token_embd_.data) continue;
+    const int64_t shape[2] = {static_cast<int64_t>(t.ne[0]), static_cast<int64_t>(t.ne[1])};
+    Result<TensorView> v = TensorView::contiguous(t.type, shape, t.data, t.n_bytes);
+    if (v.ok()) packs_.add(*v);
+  }
+}
+
 KvCacheConfig Model::kv_config(int64_t n_ctx_tokens, int n_sequences, GgmlType dtype) const {
   KvCacheConfig c;
   c.n_layer = static_cast<int>(hp_.n_layer);

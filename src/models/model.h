@@ -25,6 +25,7 @@
 #include "device/kv_cache.h"
 #include "format/gguf.h"
 #include "kernels/cpu/context.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/tensor.h"
 
@@ -75,6 +76,12 @@ class Model {
   // in batch order: MTP drafting (models/mtp.h) reads them.
   Status forward(Workspace& ws, std::span<const ForwardChunk> chunks, float* logits) const;
 
+  // Copies the file's Q4_0 / Q8_0 matrices into the CPU kernels' interleaved layout
+  // (kernels/cpu/matmul_repack.h; POWER_REPACK=0 disables it). load_model() calls it once the
+  // architecture has bound its weights; token_embd is skipped unless it is also the output.
+  void repack_weights();
+  const RepackedWeights& repacked() const { return packs_; }
+
  protected:
   explicit Model(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {}
   // The architecture's own pass: the batch is embedded into ws.x, positions are set.
@@ -85,6 +92,7 @@ class Model {
   TensorView token_embd_;
   TensorView output_;  // the output head, or token_embd_ when tied
   std::vector<float> output_norm_;
+  RepackedWeights packs_;
 };
 
 // Loads the architecture named by general.architecture (llama, qwen2, qwen3, phi3).

@@ -36,7 +36,11 @@ std::vector<std::string> supported_architectures() {
 Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file) {
   POWER_ASSIGN_OR_RETURN(std::string arch, file->get_string("general.architecture"));
   for (const auto& a : kArchitectures) {
-    if (arch == a.name) return a.load(std::move(file));
+    if (arch == a.name) {
+      POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, a.load(std::move(file)));
+      model->repack_weights();
+      return model;
+    }
   }
   if (arch == "bert") {
     return Status(StatusCode::kUnsupported,

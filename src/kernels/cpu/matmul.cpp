@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
@@ -50,12 +51,14 @@ uint64_t round_up64(uint64_t n) {
   return (n + 63) / 64 * 64;
 }
 
-// Bytes of one token's record in the kernel layout (matmul_internal.h).
+}  // namespace
+
+namespace kernels {
+
 uint64_t act_record_bytes(GgmlType act, int64_t k) {
   const auto uk = static_cast<uint64_t>(k);
   switch (act) {
     case GgmlType::Q8_0:
-      return round_up64(uk + uk / 32 * 4);
     case GgmlType::Q8_1:
       return round_up64(uk + uk / 32 * 8);
     case GgmlType::Q8_K:
@@ -67,7 +70,8 @@ uint64_t act_record_bytes(GgmlType act, int64_t k) {
 
 // Quantizes one f32 row with the reference quantizer (ggml blocks in `tmp`) and lays it out
 // for the kernels in `rec`.
-void quantize_act_record(GgmlType act, const float* x, int64_t k, uint8_t* tmp, uint8_t* rec) {
+void quantize_act_record_reference(GgmlType act, const float* x, int64_t k, uint8_t* tmp,
+                                   uint8_t* rec) {
   Status st = quantize_activation_row(act, x, tmp, k);
   POWER_CHECK_MSG(st.ok(), "activation quantization failed on a validated shape");
   auto* q = reinterpret_cast<int8_t*>(rec);
@@ -85,6 +89,7 @@ void quantize_act_record(GgmlType act, const float* x, int64_t k, uint8_t* tmp, 
   }
   const int64_t nb = k / 32;
   const bool q8_1 = act == GgmlType::Q8_1;
+  auto* isum = reinterpret_cast<int32_t*>(rec + kernels::act_isum_offset(k));
   const uint64_t blk_bytes = q8_1 ? 36 : 34;  // f16 d, (f16 s), int8 q[32]
   auto* d = reinterpret_cast<float*>(rec + kernels::act_d_offset(k));
   auto* s = reinterpret_cast<float*>(rec + kernels::act_s_offset(k));
@@ -98,7 +103,44 @@ void quantize_act_record(GgmlType act, const float* x, int64_t k, uint8_t* tmp, 
       s[b] = f16_to_f32(h);
     }
     std::memcpy(q + 32 * b, blk + (q8_1 ? 4 : 2), 32);
+    if (!q8_1) {
+      int32_t sum = 0;
+      for (int e = 0; e < 32; ++e) sum += q[32 * b + e];
+      isum[b] = sum;
+    }
   }
+}
+
+}  // namespace kernels
+
+namespace {
+
+kernels::ActQuantFn act_quantizer_for(CpuIsa isa, GgmlType act) {
+#if defined(POWER_KERNELS_X86)
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return kernels::act_quantizer_avx512(act);
+    case CpuIsa::kAvx2:
+      return kernels::act_quantizer_avx2(act);
+    case CpuIsa::kScalar:
+      break;
+  }
+#endif
+  return nullptr;
+}
+
+kernels::PackedGroupsFn packed_kernel_for(CpuIsa isa, GgmlType type) {
+#if defined(POWER_KERNELS_X86)
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return kernels::matmul_packed_avx512(type);
+    case CpuIsa::kAvx2:
+      return kernels::matmul_packed_avx2(type);
+    case CpuIsa::kScalar:
+      break;
+  }
+#endif
+  return nullptr;
 }
 
 kernels::MatmulRowsFn kernel_for(CpuIsa isa, GgmlType type) {
@@ -132,6 +174,9 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
     return;
   }
   POWER_CHECK(k <= ctx.max_row());
+  const kernels::PackedGroupsFn packed_fn = packed_kernel_for(cpu_isa(), w.type);
+  std::shared_ptr<const kernels::PackedMatrix> packed;
+  if (packed_fn != nullptr) packed = kernels::find_packed(w);
   kernels::MatmulArgs args;
   args.w = static_cast<const uint8_t*>(w.data);
   args.w_row_bytes = w.nb[1];
@@ -142,7 +187,8 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
   args.y = y;
   args.ldy = ldy;
   const GgmlType act = *act_type;
-  const uint64_t rec_bytes = act_record_bytes(act, k);
+  const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
+  const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
   if (rec_bytes > 0) {
     uint8_t* recs = ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens));
     args.act = recs;
@@ -151,7 +197,12 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
       // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
       auto* tmp = reinterpret_cast<uint8_t*>(ctx.row_scratch(thread));
       for (size_t t = begin; t < end; ++t) {
-        quantize_act_record(act, x + static_cast<int64_t>(t) * ldx, k, tmp, recs + t * rec_bytes);
+        const float* xt = x + static_cast<int64_t>(t) * ldx;
+        if (simd_quant != nullptr) {
+          simd_quant(xt, k, recs + t * rec_bytes);
+        } else {
+          kernels::quantize_act_record_reference(act, xt, k, tmp, recs + t * rec_bytes);
+        }
       }
     };
     if (n_tokens == 1) {
@@ -159,6 +210,27 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
     } else {
       ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
     }
+  }
+  if (packed_fn != nullptr && packed != nullptr) {
+    // Packed groups of 8 rows; the rows past the last group (rows % 8) are one more work item
+    // for the ggml-layout kernel on the original rows.
+    kernels::PackedArgs pa;
+    pa.w = packed->data.get();
+    pa.group_bytes = packed->group_bytes;
+    pa.k = k;
+    pa.act = args.act;
+    pa.act_stride = args.act_stride;
+    pa.n_tokens = n_tokens;
+    pa.y = y;
+    pa.ldy = ldy;
+    const int64_t n_groups = packed->n_groups;
+    const int64_t n_items = n_groups + (rows > n_groups * kernels::kPackRows ? 1 : 0);
+    ctx.pool().parallel_for(static_cast<size_t>(n_items), [&](size_t begin, size_t end, int) {
+      const int64_t g1 = std::min(n_groups, static_cast<int64_t>(end));
+      if (static_cast<int64_t>(begin) < g1) packed_fn(pa, static_cast<int64_t>(begin), g1);
+      if (static_cast<int64_t>(end) > n_groups) fn(args, n_groups * kernels::kPackRows, rows);
+    });
+    return;
   }
   // Row chunks of at least 4 rows (decode tiles), as evenly as the pool splits them.
   const int64_t n_chunks = (rows + 3) / 4;

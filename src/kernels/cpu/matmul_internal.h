@@ -4,7 +4,7 @@
 //
 // Activations are quantized once per matmul call into an internal, aligned layout per token
 // (`act_stride` bytes apart, 64-byte aligned):
-//   Q8_0 / Q8_1: int8 q[K] | float d[K/32] | (Q8_1 only) float s[K/32]
+//   Q8_0 / Q8_1: int8 q[K] | float d[K/32] | Q8_1: float s[K/32], Q8_0: int32 sum(q)[K/32]
 //   Q8_K:        int8 q[K] | float d[K/256] | int16 bsums[K/16]
 //   F32 (for F32/F16/BF16 weights): the caller's f32 rows are used in place (x, ldx).
 // The values are exactly the peer's activation quantizers' (tensor/quant.h), only laid out
@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "format/ggml_types.h"
 
@@ -42,6 +43,9 @@ inline constexpr uint64_t act_d_offset(int64_t k) {
 inline constexpr uint64_t act_s_offset(int64_t k) {  // Q8_1 sums
   return static_cast<uint64_t>(k) + static_cast<uint64_t>(k / 32) * 4;
 }
+inline constexpr uint64_t act_isum_offset(int64_t k) {  // Q8_0 int32 block sums of q
+  return act_s_offset(k);
+}
 inline constexpr uint64_t act_bsums_offset(int64_t k) {  // Q8_K
   return static_cast<uint64_t>(k) + static_cast<uint64_t>(k / 256) * 4;
 }
@@ -50,5 +54,50 @@ inline constexpr uint64_t act_bsums_offset(int64_t k) {  // Q8_K
 // path). Defined in the ISA's source; the AVX-512 one exists only when it was compiled.
 MatmulRowsFn matmul_rows_avx2(GgmlType weight_type);
 MatmulRowsFn matmul_rows_avx512(GgmlType weight_type);
+
+// ---- Activation records ----
+// Bytes of one token's record for `act` (Q8_0, Q8_1, Q8_K), 64-byte multiple; 0 for F32.
+uint64_t act_record_bytes(GgmlType act, int64_t k);
+// Writes one token's record with the reference quantizers of tensor/quant.h (`tmp` holds at
+// least one quantized row in ggml blocks). The SIMD quantizers must match it byte for byte.
+void quantize_act_record_reference(GgmlType act, const float* x, int64_t k, uint8_t* tmp,
+                                   uint8_t* rec);
+// A SIMD record writer for `act` on one ISA (Q8_0, Q8_1), or nullptr.
+using ActQuantFn = void (*)(const float* x, int64_t k, uint8_t* rec);
+ActQuantFn act_quantizer_avx2(GgmlType act);
+ActQuantFn act_quantizer_avx512(GgmlType act);
+
+// ---- Repacked weights (matmul_repack.h has the layout) ----
+inline constexpr int kPackRows = 8;
+// Bytes of one packed (8 rows x 32 elements) block record, 0 for types without a layout.
+inline constexpr uint64_t packed_block_bytes(GgmlType type) {
+  return type == GgmlType::Q4_0 ? 16 + 128 : type == GgmlType::Q8_0 ? 16 + 256 : 0;
+}
+
+struct PackedMatrix {
+  GgmlType type = GgmlType::F32;
+  int64_t k = 0;                  // elements per row
+  int64_t rows = 0;               // rows of the original view (ne[1])
+  uint64_t row_stride = 0;        // the original view's nb[1]
+  int64_t n_groups = 0;           // rows / 8: packed groups; rows n_groups*8.. are not packed
+  uint64_t group_bytes = 0;       // k / 32 block records
+  std::shared_ptr<uint8_t> data;  // 64-byte aligned, n_groups * group_bytes
+  uint64_t bytes() const { return static_cast<uint64_t>(n_groups) * group_bytes; }
+};
+
+struct PackedArgs {
+  const uint8_t* w = nullptr;  // group 0
+  uint64_t group_bytes = 0;
+  int64_t k = 0;
+  const uint8_t* act = nullptr;  // Q8_0 activation records (layout above), token 0
+  uint64_t act_stride = 0;
+  int64_t n_tokens = 0;
+  float* y = nullptr;  // y[t * ldy + r], r = 8 * group + row in group
+  int64_t ldy = 0;
+};
+// Computes the rows of groups [g0, g1) for every token.
+using PackedGroupsFn = void (*)(const PackedArgs& args, int64_t g0, int64_t g1);
+PackedGroupsFn matmul_packed_avx2(GgmlType weight_type);
+PackedGroupsFn matmul_packed_avx512(GgmlType weight_type);
 
 }  // namespace power::kernels

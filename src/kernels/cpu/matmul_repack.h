@@ -1,0 +1,80 @@
+// Weight repacking for the CPU matmul: Q4_0 and Q8_0 weight matrices copied once, at model
+// load, into an 8-row interleaved layout that the SIMD kernels read faster than the ggml rows.
+//
+// Layout (private to src/kernels/cpu; matmul_repack.inc reads it): the rows are taken in
+// groups of 8; group g holds, for each 32-element block b in row order, a record of
+//   f16 d[8]                       the 8 rows' block scales
+//   32-byte chunks c = 0..C-1      chunk c = for row i = 0..7: 4 bytes of row i's block
+//                                  (Q4_0: qs[4c..4c+3], C = 4; Q8_0: q[4c..4c+3], C = 8)
+// so one 256-bit load holds 8 rows x 4 quantized bytes, a broadcast 4 bytes of the activation
+// block multiply all 8 rows at once, and the block's int32 sums come out as one vector of 8
+// rows: the int->float convert, the scale product and the FMA happen once per 8 rows instead
+// of once per row. Rows past the last full group of 8 are not packed; matmul computes them from
+// the original rows with the ggml-layout kernels.
+//
+// The original tensor stays mapped and unchanged: embedding-row lookups (matrix_row_f32), the
+// scalar path (POWER_FORCE_ISA=scalar) and any other reader keep reading it. matmul() finds
+// the packed copy of a weight through a process-wide registry keyed by the view's data pointer
+// and checked against its type, shape and row stride; a view that does not match exactly (a
+// sub-view of some rows, another stride) simply takes the unpacked path.
+//
+// Memory: the packed copy is anonymous memory of the same size as the packed rows (Q4_0: 18
+// bytes per 32 weights, Q8_0: 34, i.e. the file's bytes); the mapped file pages it was copied
+// from are read once and then stay in the page cache (reclaimable, counted in RSS until the
+// kernel drops them).
+//
+// POWER_REPACK=0 (or off/false/no) in the environment disables repacking (A/B measurements,
+// memory-constrained hosts); it is read when weights are added.
+//
+// Thread-safety: add() and the destructor lock the registry; matmul() may run concurrently
+// with the loading or unloading of other models. A RepackedWeights must outlive the matmul
+// calls on its weights (the owning model does).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace power {
+
+namespace kernels {
+struct PackedMatrix;
+}
+
+class RepackedWeights {
+ public:
+  RepackedWeights() = default;
+  ~RepackedWeights();
+  RepackedWeights(const RepackedWeights&) = delete;
+  RepackedWeights& operator=(const RepackedWeights&) = delete;
+
+  // Packs `w` when repacking is enabled, the active ISA has packed kernels and the type has a
+  // packed layout (Q4_0, Q8_0; 2-D, at least 8 rows). Returns true when `w` is now served from
+  // a packed copy (also when another owner had already packed the same view: the copy is
+  // shared and lives until its last owner is gone).
+  bool add(const TensorView& w);
+
+  int64_t n_matrices() const { return static_cast<int64_t>(keys_.size()); }
+  // Bytes of packed copies this owner registered (shared copies counted by each owner).
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<const void*> keys_;
+  uint64_t bytes_ = 0;
+};
+
+// True when weight type `type` has a packed layout and kernel on the active ISA.
+bool matmul_repack_supported(GgmlType type);
+// False when POWER_REPACK disables repacking.
+bool matmul_repack_enabled();
+// True when matmul(w, ...) will run the packed kernels for `w` (tests, diagnostics).
+bool matmul_uses_repacked(const TensorView& w);
+
+namespace kernels {
+// The registered packed copy matching `w` exactly, or null. Used by matmul().
+std::shared_ptr<const PackedMatrix> find_packed(const TensorView& w);
+}  // namespace kernels
+
+}  // namespace power

@@ -1,0 +1,255 @@
+// Repacked Q4_0 / Q8_0 weights (kernels/cpu/matmul_repack.h): matmul through the packed copy
+// under every SIMD ISA this machine has (forced) against the peer's reference vec_dot
+// (tensor/quant.h) on the same quantized activations; row counts that are not multiples of 8
+// (the tail rows take the unpacked kernel), 1..17 tokens and a 70-token batch (tiles of 4,
+// tails of 1..3, the 64-token block edge), padded and unaligned rows. Also the registry's
+// rules: shared owners, views that must not match, POWER_REPACK=0, the scalar path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/context.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_repack.h"
+#include "tensor/quant.h"
+
+namespace power {
+namespace {
+
+class IsaGuard {
+ public:
+  IsaGuard() : saved_(cpu_isa()) {}
+  ~IsaGuard() { set_cpu_isa_for_testing(saved_); }
+
+ private:
+  CpuIsa saved_;
+};
+
+std::vector<CpuIsa> simd_isas_here() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_available(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// A quantized weight matrix in a buffer of its own (rows `stride` bytes apart, row 0 at
+// `misalign` bytes past the allocation) and activations.
+struct Weights {
+  GgmlType type;
+  int64_t k, rows;
+  uint64_t stride;
+  std::vector<uint8_t> buf;
+  TensorView view;
+};
+
+Weights make_weights(GgmlType type, int64_t k, int64_t rows, uint64_t pad, size_t misalign,
+                     std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  const uint64_t row_bytes = static_cast<uint64_t>(k) / info.block_elems * info.block_bytes;
+  Weights w{type, k, rows, row_bytes + pad, {}, {}};
+  w.buf.resize(misalign + w.stride * static_cast<uint64_t>(rows) + 64);
+  uint8_t* w0 = w.buf.data() + misalign;
+  std::vector<float> wf(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : wf) v = nd(rng) * 0.5f;
+    EXPECT_TRUE(quantize_row(type, wf.data(), w0 + r * w.stride, k).ok());
+  }
+  w.view.type = type;
+  w.view.ne = {k, rows, 1, 1};
+  w.view.nb = {info.block_bytes, w.stride, w.stride * static_cast<uint64_t>(rows),
+               w.stride * static_cast<uint64_t>(rows)};
+  w.view.data = w0;
+  return w;
+}
+
+// Runs matmul on `w` (whatever path the ISA and registry give) and checks every output
+// against the reference vec_dot on the reference-quantized activations (SIMD ISAs) or
+// against a double-precision dot of the dequantized rows (scalar).
+void check_matmul(const Weights& w, int64_t n_tokens, int threads, std::mt19937& rng) {
+  SCOPED_TRACE("k=" + std::to_string(w.k) + " rows=" + std::to_string(w.rows) +
+               " tokens=" + std::to_string(n_tokens) + " threads=" + std::to_string(threads));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t ldx = w.k + 5;
+  std::vector<float> x(static_cast<size_t>(ldx * n_tokens));
+  for (auto& v : x) v = nd(rng);
+  const int64_t ldy = w.rows + 3;
+  std::vector<float> y(static_cast<size_t>(ldy * n_tokens), -999.0f);
+  CpuContext ctx(threads, w.k, 16);
+  matmul(ctx, w.view, x.data(), ldx, n_tokens, y.data(), ldy);
+
+  const bool simd = cpu_isa() != CpuIsa::kScalar;
+  std::vector<uint8_t> arow(static_cast<size_t>(w.k) * 4 + 64);
+  std::vector<float> wd(static_cast<size_t>(w.k));
+  const auto* w0 = static_cast<const uint8_t*>(w.view.data);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x.data() + t * ldx;
+    if (simd) {
+      ASSERT_TRUE(quantize_activation_row(GgmlType::Q8_0, xt, arow.data(), w.k).ok());
+    }
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* wr = w0 + r * w.stride;
+      ASSERT_TRUE(dequantize_row(w.type, wr, wd.data(), w.k).ok());
+      double exact = 0.0, mag = 0.0;
+      for (int64_t e = 0; e < w.k; ++e) {
+        exact += static_cast<double>(wd[e]) * xt[e];
+        mag += std::fabs(static_cast<double>(wd[e]) * xt[e]);
+      }
+      const float got = y[static_cast<size_t>(t * ldy + r)];
+      const double ref = simd ? vec_dot(w.type, wr, arow.data(), w.k).value() : exact;
+      // Same integer block sums as the reference; only the f32 scale steps' order differs.
+      ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-5) << "row " << r << " token " << t;
+    }
+    for (int64_t r = w.rows; r < ldy; ++r) {
+      ASSERT_EQ(y[static_cast<size_t>(t * ldy + r)], -999.0f) << "wrote past the rows";
+    }
+  }
+}
+
+class RepackTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(RepackTest, PackedMatchesReferenceUnderEverySimdIsa) {
+  const GgmlType type = GetParam();
+  const std::vector<CpuIsa> isas = simd_isas_here();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this machine: nothing is repacked";
+  std::mt19937 rng(7);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(std::string("isa=") + std::string(cpu_isa_name(isa)));
+    IsaGuard guard;
+    ASSERT_TRUE(set_cpu_isa_for_testing(isa));
+    ASSERT_TRUE(matmul_repack_supported(type));
+    struct Shape {
+      int64_t k, rows;
+      uint64_t pad;
+      size_t misalign;
+    };
+    // 8 and 64 rows: groups only; 13, 37: 1 or 4 groups plus 5 tail rows; padded odd strides
+    // and an unaligned row 0 (the packed copy is aligned, the tail rows are not).
+    for (const Shape& s : {Shape{32, 8, 0, 0}, Shape{96, 13, 0, 0}, Shape{256, 37, 3, 1},
+                           Shape{768, 64, 0, 0}, Shape{160, 21, 5, 3}}) {
+      Weights w = make_weights(type, s.k, s.rows, s.pad, s.misalign, rng);
+      RepackedWeights packs;
+      ASSERT_TRUE(packs.add(w.view));
+      EXPECT_EQ(packs.n_matrices(), 1);
+      EXPECT_EQ(packs.bytes(), static_cast<uint64_t>(s.rows / 8) * 8 *
+                                   (static_cast<uint64_t>(s.k) / 32) *
+                                   (type == GgmlType::Q4_0 ? 18u : 34u));
+      ASSERT_TRUE(matmul_uses_repacked(w.view));
+      for (int64_t tokens = 1; tokens <= 17; ++tokens) {
+        check_matmul(w, tokens, tokens % 2 == 0 ? 2 : 1, rng);
+        if (HasFatalFailure()) return;
+      }
+      check_matmul(w, 70, 2, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(RepackTest, ScalarPathIgnoresThePackedCopy) {
+  const GgmlType type = GetParam();
+  if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
+  std::mt19937 rng(11);
+  Weights w = make_weights(type, 128, 19, 0, 0, rng);
+  RepackedWeights packs;
+  {
+    IsaGuard guard;
+    ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
+    ASSERT_TRUE(packs.add(w.view));
+  }
+  IsaGuard guard;
+  ASSERT_TRUE(set_cpu_isa_for_testing(CpuIsa::kScalar));
+  EXPECT_FALSE(matmul_uses_repacked(w.view));
+  check_matmul(w, 3, 1, rng);
+  // Loading under the scalar path packs nothing.
+  RepackedWeights none;
+  EXPECT_FALSE(none.add(w.view));
+}
+
+TEST_P(RepackTest, RegistrySharesCopiesAndRejectsOtherViews) {
+  const GgmlType type = GetParam();
+  if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
+  IsaGuard guard;
+  ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
+  std::mt19937 rng(13);
+  Weights w = make_weights(type, 64, 24, 0, 0, rng);
+  EXPECT_FALSE(matmul_uses_repacked(w.view));
+  {
+    auto a = std::make_unique<RepackedWeights>();
+    auto b = std::make_unique<RepackedWeights>();
+    ASSERT_TRUE(a->add(w.view));
+    ASSERT_TRUE(a->add(w.view));  // idempotent per owner
+    EXPECT_EQ(a->n_matrices(), 1);
+    ASSERT_TRUE(b->add(w.view));  // a second model over the same mapping shares the copy
+    a.reset();
+    EXPECT_TRUE(matmul_uses_repacked(w.view));
+    check_matmul(w, 5, 2, rng);
+
+    // The first 16 rows of the same bytes: another view, never served by the 24-row copy.
+    TensorView first16 = w.view;
+    first16.ne[1] = 16;
+    EXPECT_FALSE(matmul_uses_repacked(first16));
+    RepackedWeights c;
+    EXPECT_FALSE(c.add(first16));  // the bytes are registered with another shape
+    Weights sub = w;
+    sub.rows = 16;
+    sub.view = first16;
+    check_matmul(sub, 4, 1, rng);
+  }
+  EXPECT_FALSE(matmul_uses_repacked(w.view));  // last owner gone
+  check_matmul(w, 2, 1, rng);
+
+  // Too few rows, a 3-D view, a null view: nothing to pack.
+  Weights small = make_weights(type, 64, 7, 0, 0, rng);
+  RepackedWeights d;
+  EXPECT_FALSE(d.add(small.view));
+  TensorView three_d = w.view;
+  three_d.ne = {64, 8, 3, 1};
+  EXPECT_FALSE(d.add(three_d));
+  EXPECT_FALSE(d.add(TensorView{}));
+  EXPECT_EQ(d.n_matrices(), 0);
+}
+
+TEST_P(RepackTest, EnvironmentSwitchDisablesRepacking) {
+  const GgmlType type = GetParam();
+  if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
+  IsaGuard guard;
+  ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
+  std::mt19937 rng(17);
+  Weights w = make_weights(type, 64, 16, 0, 0, rng);
+  const char* old = std::getenv("POWER_REPACK");
+  const std::string saved = old ? old : "";
+  for (const char* off : {"0", "off", "false", "no"}) {
+    ASSERT_EQ(setenv("POWER_REPACK", off, 1), 0);
+    EXPECT_FALSE(matmul_repack_enabled()) << off;
+    RepackedWeights packs;
+    EXPECT_FALSE(packs.add(w.view)) << off;
+  }
+  ASSERT_EQ(setenv("POWER_REPACK", "1", 1), 0);
+  EXPECT_TRUE(matmul_repack_enabled());
+  if (old) {
+    setenv("POWER_REPACK", saved.c_str(), 1);
+  } else {
+    unsetenv("POWER_REPACK");
+  }
+}
+
+TEST(RepackTypesTest, OnlyQ4_0AndQ8_0HaveALayout) {
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
+                     GgmlType::F32}) {
+    EXPECT_FALSE(matmul_repack_supported(t)) << ggml_type_info(t).name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RepackTest, ::testing::Values(GgmlType::Q4_0, GgmlType::Q8_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& i) {
+                           return std::string(ggml_type_info(i.param).name);
+                         });
+
+}  // namespace
+}  // namespace power
