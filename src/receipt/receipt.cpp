@@ -316,12 +316,28 @@ void add(std::vector<VerifyCheck>& out, std::string name, bool ok, std::string d
   out.push_back({std::move(name), ok, std::move(detail)});
 }
 
+bool is_onnx_receipt(const nlohmann::json& r) {
+  return r.is_object() && r.contains("model") && r["model"].is_object() &&
+         r["model"].contains("format") && r["model"]["format"] == "onnx";
+}
+
 // Schema: the members and kinds every v1 receipt has.
 std::string schema_problem(const nlohmann::json& r) {
   if (!r.is_object()) return "not a JSON object";
   if (!r.contains("schema") || r["schema"] != kReceiptSchema) {
     return "schema is not " + std::string(kReceiptSchema);
   }
+  // ONNX executions (src/onnx/service.h) bind files, task options and media digests instead
+  // of tensors, sampling and tokens.
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> kOnnxRequired = {
+      {"model", {"name", "sha256", "format", "task", "files"}},
+      {"config", {"task", "threads", "kernel_isa", "power_version", "options", "nondeterminism"}},
+      {"device", {"kind", "cpu_model", "isa_flags", "memory_bytes"}},
+      {"input", {"kind", "sha256", "bytes"}},
+      {"output", {"kind", "sha256"}},
+      {"timings", {}},
+      {"signature", {"alg", "public_key", "value"}},
+  };
   static const std::vector<std::pair<const char*, std::vector<const char*>>> kRequired = {
       {"model", {"name", "sha256", "format", "tensors_sha256"}},
       {"config",
@@ -333,7 +349,8 @@ std::string schema_problem(const nlohmann::json& r) {
       {"timings", {}},
       {"signature", {"alg", "public_key", "value"}},
   };
-  for (const auto& [part, members] : kRequired) {
+  const bool onnx = is_onnx_receipt(r);
+  for (const auto& [part, members] : onnx ? kOnnxRequired : kRequired) {
     if (!r.contains(part) || !r[part].is_object()) return std::string("missing object ") + part;
     for (const char* m : members) {
       if (!r[part].contains(m)) return std::string("missing ") + part + "." + m;
@@ -410,14 +427,36 @@ std::vector<VerifyCheck> verify_receipt(std::string_view text, const VerifyOptio
     add(out, "signature", ok, detail);
   }
 
-  if (o.model_sha256) {
+  if (o.model_sha256 && is_onnx_receipt(r)) {
+    // Any of the execution's files (OCR: det, rec, keys) may be checked.
+    std::string role;
+    if (r["model"]["files"].is_array()) {
+      for (const auto& f : r["model"]["files"]) {
+        if (f.is_object() && f.contains("sha256") && f["sha256"] == *o.model_sha256) {
+          role = f.contains("role") && f["role"].is_string() ? f["role"].get<std::string>() : "?";
+        }
+      }
+    }
+    add(out, "model", !role.empty(),
+        !role.empty()
+            ? "the file is the recorded " + role + " file"
+            : "the file's sha256 " + *o.model_sha256 + " is none of the recorded model.files");
+  } else if (o.model_sha256) {
     const bool ok = r["model"]["sha256"] == *o.model_sha256;
     add(out, "model", ok,
         ok ? "the model file is the recorded artifact"
            : "the model file's sha256 " + *o.model_sha256 + " is not the recorded " +
                  r["model"]["sha256"].dump());
   }
-  if (o.request_json) {
+  if (o.request_json && is_onnx_receipt(r)) {
+    // The exact input bytes (the WAV or image file that was sent).
+    const std::string mine = sha256_hex(*o.request_json);
+    const bool ok = r["input"]["sha256"] == mine;
+    add(out, "input", ok,
+        ok ? "the input file matches input.sha256"
+           : "the input file (sha256 " + mine + ") does not match input.sha256 " +
+                 r["input"]["sha256"].dump());
+  } else if (o.request_json) {
     GenerateRequest req;
     Status st = request_input_from_json(*o.request_json, req);
     if (!st.ok()) {
@@ -432,7 +471,19 @@ std::vector<VerifyCheck> verify_receipt(std::string_view text, const VerifyOptio
                    r["input"]["kind"].dump() + " " + r["input"]["sha256"].dump());
     }
   }
-  if (o.output_text) {
+  if (o.output_text && is_onnx_receipt(r)) {
+    // The JSON result, in any spelling: its canonical form is what was hashed.
+    auto parsed_out = parse_json_strict(*o.output_text);
+    auto canon_out =
+        parsed_out.ok() ? canonical_json(*parsed_out) : Result<std::string>(parsed_out.status());
+    const std::string mine = canon_out.ok() ? sha256_hex(*canon_out) : std::string();
+    const bool ok = canon_out.ok() && r["output"]["sha256"] == mine;
+    add(out, "output", ok,
+        ok ? "the canonical JSON of the output matches output.sha256"
+           : (canon_out.ok() ? "the output's canonical JSON (sha256 " + mine +
+                                   ") does not match output.sha256 " + r["output"]["sha256"].dump()
+                             : "the output file is not JSON: " + canon_out.status().message()));
+  } else if (o.output_text) {
     const std::string mine = sha256_hex(*o.output_text);
     const bool ok = r["output"]["text_sha256"] == mine;
     add(out, "output", ok,

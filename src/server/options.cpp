@@ -94,7 +94,12 @@ Status apply_config_json(const json& config, ServerOptions* o) {
     } else if (key == "store_home") {
       POWER_RETURN_IF_ERROR(str(&o->store_home));
     } else {
-      return Status(StatusCode::kInvalidArgument, fmt::format("unknown config key '{}'", raw_key));
+      bool onnx_key = false;  // vad_model, ocr_det, ... (onnx/service.h)
+      POWER_RETURN_IF_ERROR(onnx::apply_config_key(key, v, &o->onnx, &onnx_key));
+      if (!onnx_key) {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("unknown config key '{}'", raw_key));
+      }
     }
   }
   return Status();

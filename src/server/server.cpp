@@ -21,6 +21,7 @@
 #include "server/management.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/onnx_http.h"
 #include "server/openai_mapping.h"
 #include "server/tool_stream.h"
 
@@ -67,7 +68,10 @@ std::string route_label(const std::string& path) {
                                                 "/api/pull",
                                                 "/api/load",
                                                 "/api/unload",
-                                                "/api/delete"};
+                                                "/api/delete",
+                                                "/v1/audio/vad",
+                                                "/v1/ocr",
+                                                "/v1/classify"};
   if (kRoutes.count(path) != 0) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
   return "other";
@@ -109,6 +113,7 @@ struct Server::Impl {
   ServerOptions opts;
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<ModelRegistry> registry;
+  std::unique_ptr<onnx::Service> onnx;  // null without ONNX models
   std::unique_ptr<httplib::Server> http;
   ApiKeys keys;
   bool auth = false;
@@ -519,6 +524,10 @@ void Server::Impl::register_routes() {
   s.Get("/v1/models", [this, model_json](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
     for (const auto& m : registry->list()) data.push_back(model_json(*m));
+    for (const auto& m : onnx ? onnx->models() : std::vector<onnx::ServiceModelInfo>{}) {
+      data.push_back(
+          json{{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "power"}});
+    }
     send_json(res, json{{"object", "list"}, {"data", data}});
   });
   s.Get(R"(/v1/models/(.+))",
@@ -527,7 +536,7 @@ void Server::Impl::register_routes() {
           if (m) send_json(res, model_json(*m));
         });
 
-  auto ready = [this] { return !draining && !registry->list().empty(); };
+  auto ready = [this] { return !draining && (!registry->list().empty() || onnx); };
   s.Get("/health/live", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, json{{"status", "ok"}});
   });
@@ -560,7 +569,8 @@ void Server::Impl::register_routes() {
       std::lock_guard<std::mutex> lk(active_mu);
       active_generations = static_cast<int>(active.size());
     }
-    res.set_content(metrics.render(gauges, embedders, active_generations),
+    res.set_content(metrics.render(gauges, embedders, active_generations) +
+                        (onnx ? onnx_metrics_text(*onnx) : std::string()),
                     "text/plain; version=0.0.4");
   });
   s.Get("/api/ps", [this](const httplib::Request&, httplib::Response& res) {
@@ -588,6 +598,10 @@ void Server::Impl::register_routes() {
     }
     send_json(res, json{{"models", models}});
   });
+  register_onnx_routes(s, OnnxHttpContext{onnx.get(), opts.queue_timeout_s,
+                                          [this](httplib::Response& res, const ApiError& e) {
+                                            send_error(res, e);
+                                          }});
   register_management_routes(
       s, ManagementContext{opts, *registry, [this](httplib::Response& res, const ApiError& e) {
                              send_error(res, e);
@@ -631,6 +645,9 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
   }
   POWER_ASSIGN_OR_RETURN(impl->runtime, Runtime::create({}));
   impl->registry = std::make_unique<ModelRegistry>(impl->runtime.get(), o.load, o.resolve_model);
+  if (o.onnx.any()) {
+    POWER_ASSIGN_OR_RETURN(impl->onnx, onnx::Service::create(o.onnx, o.resolve_model));
+  }
   httplib::Server& s = *impl->http;
   const int threads = std::max(4, o.http_threads);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

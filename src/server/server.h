@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "onnx/service.h"
 #include "power/runtime.h"
 #include "power/status.h"
 
@@ -44,6 +45,8 @@ struct ServerOptions {
   // What "-m" / "model" in /api/load names -> a file path (the CLI resolves store names).
   std::function<Result<std::string>(const std::string&)> resolve_model;
   bool log_requests = true;
+  // ONNX models for /v1/audio/vad, /v1/ocr, /v1/classify (server/onnx_http.h).
+  onnx::ServiceOptions onnx;
 };
 
 // Applies a JSON config file's keys (the long flag names, '-' or '_') onto `options`;

@@ -1,0 +1,623 @@
+#include "onnx/service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/sha256.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "onnx/media.h"
+#include "onnx/models/mnist.h"
+#include "power/runtime.h"
+#include "receipt/canonical_json.h"
+#include "receipt/receipt.h"
+#include "receipt/signing_key.h"
+#include "runtime/admission.h"
+
+namespace power::onnx {
+
+using json = nlohmann::json;
+
+const char* task_name(Task t) {
+  switch (t) {
+    case Task::kVad:
+      return "vad";
+    case Task::kOcr:
+      return "ocr";
+    case Task::kClassify:
+      return "classify";
+  }
+  return "?";
+}
+
+json vad_json(const std::vector<float>& probs, const std::vector<SpeechSegment>& segs,
+              int sample_rate) {
+  json js = json::array();
+  for (const auto& s : segs) {
+    js.push_back({{"start", samples_to_seconds(s.start, sample_rate)},
+                  {"end", samples_to_seconds(s.end, sample_rate)}});
+  }
+  return {{"probs", probs}, {"segments", js}};
+}
+
+json ocr_json(const std::vector<OcrLine>& lines) {
+  json jl = json::array();
+  for (const auto& l : lines) {
+    json box = json::array();
+    for (const auto& p : l.box) box.push_back({p[0], p[1]});
+    jl.push_back({{"text", l.text}, {"box", box}, {"score", l.score}});
+  }
+  return {{"lines", jl}};
+}
+
+json classify_json(int digit, const std::vector<float>& scores) {
+  return {{"class", digit}, {"scores", scores}};
+}
+
+Status apply_config_key(const std::string& key, const json& v, ServiceOptions* o, bool* handled) {
+  *handled = true;
+  auto str = [&](std::string* out) -> Status {
+    if (!v.is_string()) {
+      return make_error(StatusCode::kInvalidArgument, "config key '{}' must be a string", key);
+    }
+    *out = v.get<std::string>();
+    return Status();
+  };
+  auto strs = [&](std::vector<std::string>* out) -> Status {
+    if (v.is_string()) {
+      out->push_back(v.get<std::string>());
+      return Status();
+    }
+    if (!v.is_array()) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "config key '{}' must be a string or an array of strings", key);
+    }
+    for (const auto& s : v) {
+      if (!s.is_string()) {
+        return make_error(StatusCode::kInvalidArgument,
+                          "config key '{}' must be a string or an array of strings", key);
+      }
+      out->push_back(s.get<std::string>());
+    }
+    return Status();
+  };
+  auto integer = [&](int64_t lo, int64_t hi, int64_t* out) -> Status {
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "config key '{}' must be an integer between {} and {}", key, lo, hi);
+    }
+    *out = v.get<int64_t>();
+    return Status();
+  };
+  int64_t x = 0;
+  if (key == "vad_model" || key == "vad_models") return strs(&o->vad_models);
+  if (key == "classify_model" || key == "classify_models") return strs(&o->classify_models);
+  if (key == "ocr_det") return str(&o->ocr_det);
+  if (key == "ocr_rec") return str(&o->ocr_rec);
+  if (key == "ocr_keys") return str(&o->ocr_keys);
+  if (key == "ocr_id") return str(&o->ocr_id);
+  if (key == "onnx_max_running") {
+    POWER_RETURN_IF_ERROR(integer(1, 4096, &x));
+    o->max_running = static_cast<int>(x);
+    return Status();
+  }
+  if (key == "onnx_max_waiting") {
+    POWER_RETURN_IF_ERROR(integer(0, 1 << 20, &x));
+    o->max_waiting = static_cast<int>(x);
+    return Status();
+  }
+  if (key == "onnx_budget_bytes") {
+    POWER_RETURN_IF_ERROR(integer(0, int64_t{1} << 50, &x));
+    o->budget_bytes = static_cast<uint64_t>(x);
+    return Status();
+  }
+  if (key == "onnx_threads") {
+    POWER_RETURN_IF_ERROR(integer(1, 4096, &x));
+    o->threads = static_cast<int>(x);
+    return Status();
+  }
+  *handled = false;
+  return Status();
+}
+
+namespace {
+
+constexpr int kRecMaxWidth = 48 * 64;  // PaddleOcr::recognize clamps line widths to this
+
+struct FileInfo {
+  std::string role, path, sha256;
+  uint64_t bytes = 0;
+};
+
+struct Loaded {
+  std::string id;
+  Task task = Task::kVad;
+  std::vector<FileInfo> files;
+  std::shared_ptr<const Model> model;  // vad, classify
+  std::shared_ptr<PaddleOcr> ocr;
+  int64_t weight_bytes = 0;
+  uint64_t plan_bytes = 0;  // vad / classify: planned peak; ocr: recognizer at its widest line
+  json model_json;          // the receipt's "model"
+};
+
+Result<FileInfo> file_info(const std::string& role, const std::string& path) {
+  FileInfo f;
+  f.role = role;
+  f.path = path;
+  POWER_ASSIGN_OR_RETURN(Sha256Digest d, sha256_file(path));
+  f.sha256 = to_hex(d);
+  std::error_code ec;
+  f.bytes = std::filesystem::file_size(path, ec);
+  return f;
+}
+
+json model_json_for(const Loaded& m) {
+  json files = json::array();
+  for (const auto& f : m.files) {
+    files.push_back({{"role", f.role},
+                     {"name", std::filesystem::path(f.path).filename().string()},
+                     {"sha256", f.sha256},
+                     {"bytes", f.bytes}});
+  }
+  return {{"name", m.id},
+          {"format", "onnx"},
+          {"task", task_name(m.task)},
+          {"sha256", m.files.front().sha256},
+          {"files", files}};
+}
+
+// "[ID=]FILE": the id, and the file or store name.
+std::pair<std::string, std::string> split_spec(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq != std::string::npos && eq > 0 && spec.substr(0, eq).find('/') == std::string::npos) {
+    return {spec.substr(0, eq), spec.substr(eq + 1)};
+  }
+  return {"", spec};
+}
+
+std::string stem(const std::string& path) {
+  return std::filesystem::path(path).stem().string();
+}
+
+Status not_input(Status st, const char* what) {
+  // Decoding failures are the client's bytes, not the server's state.
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("the request body is not a valid {}: {}", what, st.message()));
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct Service::Impl {
+  ServiceOptions opts;
+  std::vector<Loaded> models;
+  std::unique_ptr<runtime::Admission> admission;
+  std::shared_ptr<const receipt::SigningKey> key;
+
+  mutable std::mutex mu;  // admission, waiting, stats, key, det plan cache
+  std::condition_variable cv;
+  int waiting = 0;
+  std::map<std::string, ServiceStats::PerModel> stats;
+  std::map<std::pair<int64_t, int64_t>, uint64_t> det_plans;  // (h, w) -> planned peak
+
+  const Loaded* find(Task task, const std::string& id) const {
+    const Loaded* only = nullptr;
+    int n = 0;
+    for (const auto& m : models) {
+      if (m.task != task) continue;
+      if (!id.empty() && m.id == id) return &m;
+      only = &m;
+      ++n;
+    }
+    return id.empty() && n == 1 ? only : nullptr;
+  }
+
+  void count_rejection(const std::string& id, const std::string& why) {
+    std::lock_guard<std::mutex> lk(mu);
+    stats[id].rejections[why]++;
+  }
+
+  Result<uint64_t> det_plan(const PaddleOcr& ocr, int64_t h, int64_t w) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = det_plans.find({h, w});
+      if (it != det_plans.end()) return it->second;
+    }
+    POWER_ASSIGN_OR_RETURN(MemoryPlan p, ocr.det_model()->plan_memory({{1, 3, h, w}}));
+    if (!p.complete()) {
+      return make_error(StatusCode::kInternal, "the detector's memory plan for {}x{} is incomplete",
+                        w, h);
+    }
+    const uint64_t bytes = static_cast<uint64_t>(p.peak_bytes);
+    std::lock_guard<std::mutex> lk(mu);
+    if (det_plans.size() > 256) det_plans.clear();
+    det_plans[{h, w}] = bytes;
+    return bytes;
+  }
+
+  // Takes `bytes` from the budget, waiting until the deadline when it does not fit now.
+  Status reserve(const std::string& id, uint64_t bytes,
+                 const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+    runtime::MemoryPlan plan;
+    plan.scratch_bytes = bytes;
+    std::unique_lock<std::mutex> lk(mu);
+    Status ever = admission->check_ever(plan);
+    if (!ever.ok()) {
+      stats[id].rejections["does_not_fit"]++;
+      return Status(StatusCode::kDoesNotFit,
+                    fmt::format("this input needs {} bytes; the ONNX budget is {} bytes", bytes,
+                                admission->limits().budget_bytes));
+    }
+    if (admission->reserve(plan)) return Status();
+    if (waiting >= opts.max_waiting) {
+      stats[id].rejections["queue_full"]++;
+      return Status(StatusCode::kQueueFull,
+                    fmt::format("{} ONNX executions are already waiting for memory", waiting));
+    }
+    ++waiting;
+    bool got = false;
+    auto try_reserve = [&] { return admission->reserve(plan); };
+    if (deadline) {
+      got = cv.wait_until(lk, *deadline, try_reserve);
+    } else {
+      cv.wait(lk, try_reserve);
+      got = true;
+    }
+    --waiting;
+    if (!got) {
+      stats[id].rejections["deadline"]++;
+      return Status(
+          StatusCode::kDeadlineExceeded,
+          fmt::format("waited for {} bytes of the ONNX budget until the deadline", bytes));
+    }
+    return Status();
+  }
+
+  void release(uint64_t bytes) {
+    runtime::MemoryPlan plan;
+    plan.scratch_bytes = bytes;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      admission->release(plan);
+    }
+    cv.notify_all();
+  }
+
+  Result<std::shared_ptr<const receipt::SigningKey>> signing_key() {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!key) {
+      POWER_ASSIGN_OR_RETURN(
+          std::unique_ptr<receipt::SigningKey> k,
+          receipt::SigningKey::load_or_create(
+              opts.keys_dir.empty() ? receipt::SigningKey::default_dir() : opts.keys_dir));
+      key = std::move(k);
+    }
+    return key;
+  }
+};
+
+Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Service::~Service() = default;
+
+Result<std::unique_ptr<Service>> Service::create(
+    const ServiceOptions& options,
+    const std::function<Result<std::string>(const std::string&)>& resolve) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = options;
+  auto path_of = [&](const std::string& name) -> Result<std::string> {
+    if (resolve) return resolve(name);
+    return name;
+  };
+  std::set<std::pair<int, std::string>> ids;
+  auto add = [&](Loaded m) -> Status {
+    if (!ids.insert({static_cast<int>(m.task), m.id}).second) {
+      return make_error(StatusCode::kInvalidArgument, "two {} models have the id '{}'",
+                        task_name(m.task), m.id);
+    }
+    m.model_json = model_json_for(m);
+    impl->models.push_back(std::move(m));
+    return Status();
+  };
+  for (const auto& spec : options.vad_models) {
+    auto [id, name] = split_spec(spec);
+    POWER_ASSIGN_OR_RETURN(std::string path, path_of(name));
+    Loaded m;
+    m.id = id.empty() ? stem(path) : id;
+    m.task = Task::kVad;
+    auto vad = SileroVad::load(path);
+    if (!vad.ok()) return std::move(vad).take_status().with("vad_model", spec);
+    m.model = Model::load_file(path).value();  // loaded above, cannot fail now
+    POWER_ASSIGN_OR_RETURN(FileInfo f, file_info("model", path));
+    m.files.push_back(f);
+    m.weight_bytes = m.model->weight_bytes();
+    // Silero's If hides shapes from shape inference (the plan is a lower bound), so the
+    // window's peak is also measured once here on silence; the larger of the two is used.
+    const Graph& g = m.model->graph();
+    std::vector<Shape> shapes;
+    std::vector<Tensor> in;
+    for (const auto& v : g.input_info) {
+      if (v.name == "input") {
+        shapes.push_back({1, 576});
+        in.push_back(make_f32({1, 576}, std::vector<float>(576, 0.0f)));
+      } else if (v.name == "state") {
+        shapes.push_back({2, 1, 128});
+        in.push_back(make_f32({2, 1, 128}, std::vector<float>(256, 0.0f)));
+      } else {
+        shapes.push_back({});
+        in.push_back(scalar_i64(16000));
+      }
+    }
+    POWER_ASSIGN_OR_RETURN(MemoryPlan plan, m.model->plan_memory(shapes));
+    RunStats rs;
+    POWER_ASSIGN_OR_RETURN(auto out, m.model->run(in, nullptr, &rs));
+    (void)out;
+    m.plan_bytes = static_cast<uint64_t>(std::max(plan.peak_bytes, rs.peak_bytes));
+    POWER_RETURN_IF_ERROR(add(std::move(m)));
+  }
+  for (const auto& spec : options.classify_models) {
+    auto [id, name] = split_spec(spec);
+    POWER_ASSIGN_OR_RETURN(std::string path, path_of(name));
+    Loaded m;
+    m.id = id.empty() ? stem(path) : id;
+    m.task = Task::kClassify;
+    auto model = Model::load_file(path);
+    if (!model.ok()) return std::move(model).take_status().with("classify_model", spec);
+    m.model = *model;
+    const Graph& g = m.model->graph();
+    if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "{}: a classifier has one input and one output", spec);
+    }
+    POWER_ASSIGN_OR_RETURN(FileInfo f, file_info("model", path));
+    m.files.push_back(f);
+    m.weight_bytes = m.model->weight_bytes();
+    POWER_ASSIGN_OR_RETURN(MemoryPlan plan, m.model->plan_memory({{1, 1, 28, 28}}));
+    m.plan_bytes = static_cast<uint64_t>(plan.peak_bytes);
+    POWER_RETURN_IF_ERROR(add(std::move(m)));
+  }
+  if (!options.ocr_det.empty() || !options.ocr_rec.empty() || !options.ocr_keys.empty()) {
+    if (options.ocr_det.empty() || options.ocr_rec.empty() || options.ocr_keys.empty()) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "OCR needs all of --ocr-det, --ocr-rec and --ocr-keys");
+    }
+    POWER_ASSIGN_OR_RETURN(std::string det, path_of(options.ocr_det));
+    POWER_ASSIGN_OR_RETURN(std::string rec, path_of(options.ocr_rec));
+    auto ocr = PaddleOcr::load(det, rec, options.ocr_keys);
+    if (!ocr.ok()) return ocr.status();
+    Loaded m;
+    m.id = options.ocr_id.empty() ? "paddleocr" : options.ocr_id;
+    m.task = Task::kOcr;
+    m.ocr = std::make_shared<PaddleOcr>(std::move(*ocr));
+    POWER_ASSIGN_OR_RETURN(FileInfo fd, file_info("det", det));
+    POWER_ASSIGN_OR_RETURN(FileInfo fr, file_info("rec", rec));
+    POWER_ASSIGN_OR_RETURN(FileInfo fk, file_info("keys", options.ocr_keys));
+    m.files = {fd, fr, fk};
+    m.weight_bytes = m.ocr->det_model()->weight_bytes() + m.ocr->rec_model().weight_bytes();
+    // The recognizer's plan leaves some shapes unknown (a lower bound), so its peak at the
+    // widest line is also measured once here; the larger of the two is used.
+    const Model& rec_model = m.ocr->rec_model();
+    POWER_ASSIGN_OR_RETURN(MemoryPlan plan, rec_model.plan_memory({{1, 3, 48, kRecMaxWidth}}));
+    int64_t measured = 0;
+    if (!plan.complete()) {
+      RunStats rs;
+      POWER_ASSIGN_OR_RETURN(
+          auto out,
+          rec_model.run({make_f32({1, 3, 48, kRecMaxWidth},
+                                  std::vector<float>(size_t{3} * 48 * kRecMaxWidth, 0.0f))},
+                        nullptr, &rs));
+      (void)out;
+      measured = rs.peak_bytes;
+    }
+    m.plan_bytes = static_cast<uint64_t>(std::max(plan.peak_bytes, measured));
+    POWER_RETURN_IF_ERROR(add(std::move(m)));
+  }
+  runtime::AdmissionLimits limits;
+  limits.max_running = std::max(1, options.max_running);
+  limits.kv_pool_blocks = 0;
+  if (options.budget_bytes > 0) {
+    limits.budget_bytes = options.budget_bytes;
+  } else {
+    uint64_t weights = 0;
+    for (const auto& m : impl->models) weights += static_cast<uint64_t>(m.weight_bytes);
+    const uint64_t device = default_memory_budget_bytes();
+    limits.budget_bytes = device > weights ? device - weights : 0;
+  }
+  impl->admission = std::make_unique<runtime::Admission>(limits);
+  for (const auto& m : impl->models) impl->stats[m.id];
+  return std::unique_ptr<Service>(new Service(std::move(impl)));
+}
+
+std::vector<ServiceModelInfo> Service::models() const {
+  std::vector<ServiceModelInfo> out;
+  for (const auto& m : impl_->models) {
+    ServiceModelInfo i;
+    i.id = m.id;
+    i.task = m.task;
+    for (const auto& f : m.files) i.files.push_back(f.path);
+    i.weight_bytes = m.weight_bytes;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+ServiceStats Service::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  ServiceStats s;
+  s.models = impl_->stats;
+  s.running = impl_->admission->running();
+  s.waiting = impl_->waiting;
+  s.reserved_bytes = impl_->admission->reserved_bytes();
+  s.budget_bytes = impl_->admission->limits().budget_bytes;
+  return s;
+}
+
+Result<ExecResult> Service::execute(const ExecRequest& req) {
+  Impl& im = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Loaded* m = im.find(req.task, req.model);
+  if (m == nullptr) {
+    std::vector<std::string> have;
+    for (const auto& x : im.models) {
+      if (x.task == req.task) have.push_back(x.id);
+    }
+    if (req.model.empty() && have.size() > 1) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "several {} models are loaded ({}): name one with 'model'",
+                        task_name(req.task), fmt::join(have, ", "));
+    }
+    return make_error(
+        StatusCode::kNotFound, "the {} model '{}' is not loaded (loaded: {})", task_name(req.task),
+        req.model, have.empty() ? std::string("none") : fmt::format("{}", fmt::join(have, ", ")));
+  }
+  if (req.input.size() > im.opts.max_input_bytes) {
+    im.count_rejection(m->id, "invalid_input");
+    return make_error(StatusCode::kInvalidArgument, "the input is {} bytes; at most {} are taken",
+                      req.input.size(), im.opts.max_input_bytes);
+  }
+  std::shared_ptr<const receipt::SigningKey> key;
+  if (req.want_receipt) {
+    POWER_ASSIGN_OR_RETURN(key, im.signing_key());
+  }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(req.input.data());
+  json input_info;
+  // Decode (the client's bytes), then what the execution will hold at its peak.
+  Audio audio;
+  Image image;
+  uint64_t need = 0;
+  if (req.task == Task::kVad) {
+    if (!(req.vad.threshold > 0 && req.vad.threshold < 1)) {
+      return make_error(StatusCode::kInvalidArgument, "threshold must be in (0, 1)");
+    }
+    auto a = decode_audio(bytes, req.input.size());
+    if (!a.ok()) {
+      im.count_rejection(m->id, "invalid_input");
+      return not_input(a.status(), "mono WAV file");
+    }
+    audio = std::move(*a);
+    if (audio.sample_rate != 16000 && audio.sample_rate != 8000) {
+      im.count_rejection(m->id, "invalid_input");
+      return make_error(StatusCode::kInvalidArgument,
+                        "Silero VAD needs 16000 or 8000 Hz audio, got {} Hz", audio.sample_rate);
+    }
+    const uint64_t windows = audio.samples.size() / 256 + 1;
+    need = m->plan_bytes + (576 + 256) * sizeof(float) * 2 + windows * sizeof(float);
+    input_info = {
+        {"kind", "audio"}, {"sample_rate", audio.sample_rate}, {"samples", audio.samples.size()}};
+  } else {
+    auto img = decode_image(bytes, req.input.size(), req.task == Task::kOcr ? 3 : 1);
+    if (!img.ok()) {
+      im.count_rejection(m->id, "invalid_input");
+      return not_input(img.status(), "image (PNG, JPEG, BMP, PNM, TIFF)");
+    }
+    image = std::move(*img);
+    input_info = {{"kind", "image"}, {"width", image.width}, {"height", image.height}};
+    if (req.task == Task::kClassify) {
+      if (image.width != 28 || image.height != 28) {
+        im.count_rejection(m->id, "invalid_input");
+        return make_error(StatusCode::kInvalidArgument,
+                          "the classifier needs a 28x28 image, got {}x{}", image.width,
+                          image.height);
+      }
+      need = m->plan_bytes + 28 * 28 * sizeof(float) + 10 * sizeof(float);
+    } else {
+      // Detection input as PaddleOcr::detect sizes it.
+      const int H = image.height, W = image.width;
+      const double ratio = std::max(H, W) > 960 ? 960.0 / std::max(H, W) : 1.0;
+      const int64_t rh = std::max(static_cast<int>(std::lround(H * ratio / 32.0)) * 32, 32);
+      const int64_t rw = std::max(static_cast<int>(std::lround(W * ratio / 32.0)) * 32, 32);
+      auto dp = im.det_plan(*m->ocr, rh, rw);
+      if (!dp.ok()) return dp.status();
+      const uint64_t det = *dp + rh * rw * (3 * sizeof(float) + 3 + sizeof(int) + 1);
+      const uint64_t rec = m->plan_bytes + uint64_t{48} * kRecMaxWidth * 3 * (sizeof(float) + 1);
+      need = std::max(det, rec) + static_cast<uint64_t>(image.width) * image.height * 3;
+    }
+  }
+  const auto t_decoded = std::chrono::steady_clock::now();
+  POWER_RETURN_IF_ERROR(im.reserve(m->id, need, req.deadline));
+  const auto t_admitted = std::chrono::steady_clock::now();
+  std::unique_ptr<ThreadPool> pool;
+  if (im.opts.threads > 1) pool = std::make_unique<ThreadPool>(im.opts.threads);
+  ExecResult out;
+  out.model = m->id;
+  out.reserved_bytes = need;
+  Status run_status;
+  json options;
+  if (req.task == Task::kVad) {
+    SileroVad vad(m->model);
+    auto probs = vad.probabilities(audio.samples, audio.sample_rate, pool.get());
+    if (probs.ok()) {
+      auto segs = speech_segments(*probs, static_cast<int64_t>(audio.samples.size()),
+                                  audio.sample_rate, req.vad);
+      out.result = vad_json(*probs, segs, audio.sample_rate);
+    } else {
+      run_status = probs.status();
+    }
+    options = {{"threshold", static_cast<double>(req.vad.threshold)},
+               {"min_speech_ms", req.vad.min_speech_ms},
+               {"min_silence_ms", req.vad.min_silence_ms},
+               {"speech_pad_ms", req.vad.speech_pad_ms}};
+  } else if (req.task == Task::kClassify) {
+    auto r = mnist_classify(*m->model, image, pool.get());
+    if (r.ok()) {
+      out.result = classify_json(r->digit, r->logits);
+    } else {
+      run_status = r.status();
+    }
+  } else {
+    OcrOptions oo;
+    auto r = m->ocr->run(image, oo, pool.get());
+    if (r.ok()) {
+      out.result = ocr_json(*r);
+    } else {
+      run_status = r.status();
+    }
+    options = {{"det_limit_side", oo.det_limit_side},
+               {"det_threshold", static_cast<double>(oo.det_threshold)},
+               {"box_threshold", static_cast<double>(oo.box_threshold)},
+               {"unclip_ratio", static_cast<double>(oo.unclip_ratio)},
+               {"drop_score", static_cast<double>(oo.drop_score)}};
+  }
+  im.release(need);
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    (run_status.ok() ? im.stats[m->id].executions : im.stats[m->id].failures)++;
+  }
+  if (!run_status.ok()) return run_status;
+  if (key) {
+    POWER_ASSIGN_OR_RETURN(std::string canon_out, receipt::canonical_json(out.result));
+    json body;
+    body["schema"] = std::string(receipt::kReceiptSchema);
+    body["model"] = m->model_json;
+    json config = {{"task", task_name(req.task)},
+                   {"threads", im.opts.threads},
+                   {"kernel_isa", std::string(cpu_isa_name(cpu_isa()))},
+                   {"power_version", POWER_VERSION},
+                   {"options", options.is_null() ? json::object() : options},
+                   {"nondeterminism", json::array()}};
+    body["config"] = std::move(config);
+    body["device"] = receipt::device_json();
+    input_info["sha256"] = sha256_hex(req.input);
+    input_info["bytes"] = req.input.size();
+    body["input"] = std::move(input_info);
+    body["output"] = {{"kind", "json"}, {"sha256", sha256_hex(canon_out)}};
+    body["timings"] = {
+        {"decode_ms", std::chrono::duration<double, std::milli>(t_decoded - t0).count()},
+        {"queue_ms", std::chrono::duration<double, std::milli>(t_admitted - t_decoded).count()},
+        {"run_ms", ms_since(t_admitted)}};
+    POWER_ASSIGN_OR_RETURN(out.receipt, receipt::sign_receipt(std::move(body), *key));
+  }
+  return out;
+}
+
+}  // namespace power::onnx

