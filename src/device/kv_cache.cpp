@@ -89,14 +89,20 @@ int KvCache::block_refs(int block) const {
   return refs_.at(static_cast<size_t>(block));
 }
 
-uint8_t* KvCache::k_ptr(int layer, int block, int slot) const {
-  uint64_t pos = static_cast<uint64_t>(block) * cfg_.block_tokens + static_cast<uint64_t>(slot);
-  return k_[static_cast<size_t>(layer)].get() + pos * k_pos_bytes_;
+// Layout of one layer: [block][head][slot][dim]. A block is one contiguous region (copy_block
+// copies it whole), and within it the rows one KV head reads for consecutive positions are
+// adjacent, so attention's walk over positions streams memory instead of striding over all
+// heads (with [slot][head][dim] every row was a cache miss the prefetcher did not hide).
+uint8_t* KvCache::k_ptr(int layer, int block, int slot, int head) const {
+  const uint64_t row = (static_cast<uint64_t>(block) * cfg_.n_kv_heads + head) * cfg_.block_tokens +
+                       static_cast<uint64_t>(slot);
+  return k_[static_cast<size_t>(layer)].get() + row * cfg_.head_dim_k * elem_bytes_;
 }
 
-uint8_t* KvCache::v_ptr(int layer, int block, int slot) const {
-  uint64_t pos = static_cast<uint64_t>(block) * cfg_.block_tokens + static_cast<uint64_t>(slot);
-  return v_[static_cast<size_t>(layer)].get() + pos * v_pos_bytes_;
+uint8_t* KvCache::v_ptr(int layer, int block, int slot, int head) const {
+  const uint64_t row = (static_cast<uint64_t>(block) * cfg_.n_kv_heads + head) * cfg_.block_tokens +
+                       static_cast<uint64_t>(slot);
+  return v_[static_cast<size_t>(layer)].get() + row * cfg_.head_dim_v * elem_bytes_;
 }
 
 namespace {
@@ -147,30 +153,32 @@ void load(const uint8_t* src, float* dst, int64_t n, bool f16) {
 }  // namespace
 
 void KvCache::write_k(int layer, int block, int slot, const float* k) {
-  store(k_ptr(layer, block, slot), k, static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim_k,
-        cfg_.dtype == GgmlType::F16);
+  for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+    store(k_ptr(layer, block, slot, h), k + static_cast<int64_t>(h) * cfg_.head_dim_k,
+          cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
+  }
 }
 
 void KvCache::write_v(int layer, int block, int slot, const float* v) {
-  store(v_ptr(layer, block, slot), v, static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim_v,
-        cfg_.dtype == GgmlType::F16);
+  for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+    store(v_ptr(layer, block, slot, h), v + static_cast<int64_t>(h) * cfg_.head_dim_v,
+          cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
+  }
 }
 
 void KvCache::read_k(int layer, int block, int slot, int head, float* out) const {
-  load(k_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_k * elem_bytes_, out,
-       cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
+  load(k_ptr(layer, block, slot, head), out, cfg_.head_dim_k, cfg_.dtype == GgmlType::F16);
 }
 
 void KvCache::read_v(int layer, int block, int slot, int head, float* out) const {
-  load(v_ptr(layer, block, slot) + static_cast<uint64_t>(head) * cfg_.head_dim_v * elem_bytes_, out,
-       cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
+  load(v_ptr(layer, block, slot, head), out, cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
 }
 
 void KvCache::copy_block(int src, int dst) {
   const uint64_t kb = k_pos_bytes_ * cfg_.block_tokens, vb = v_pos_bytes_ * cfg_.block_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    std::memcpy(k_ptr(l, dst, 0), k_ptr(l, src, 0), kb);
-    std::memcpy(v_ptr(l, dst, 0), v_ptr(l, src, 0), vb);
+    std::memcpy(k_ptr(l, dst, 0, 0), k_ptr(l, src, 0, 0), kb);
+    std::memcpy(v_ptr(l, dst, 0, 0), v_ptr(l, src, 0, 0), vb);
   }
 }
 

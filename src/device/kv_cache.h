@@ -67,8 +67,9 @@ class KvCache {
 
  private:
   explicit KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {}
-  uint8_t* k_ptr(int layer, int block, int slot) const;
-  uint8_t* v_ptr(int layer, int block, int slot) const;
+  // One KV head's row of one position (layout in kv_cache.cpp: [block][head][slot][dim]).
+  uint8_t* k_ptr(int layer, int block, int slot, int head) const;
+  uint8_t* v_ptr(int layer, int block, int slot, int head) const;
 
   KvCacheConfig cfg_;
   uint64_t elem_bytes_ = 2;
