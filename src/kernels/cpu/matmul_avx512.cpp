@@ -5,9 +5,12 @@
 #include "tensor/half.h"
 
 #define POWER_SIMD_VNNI 1
-#include "kernels/cpu/matmul_act.inc"
-#include "kernels/cpu/matmul_repack.inc"
+// In this order: matmul_simd.inc defines the helpers the other two use.
+// clang-format off
 #include "kernels/cpu/matmul_simd.inc"
+#include "kernels/cpu/matmul_repack.inc"
+#include "kernels/cpu/matmul_act.inc"
+// clang-format on
 
 namespace power::kernels {
 
