@@ -10,14 +10,22 @@
 //  - a missing or misshaped MTP tensor is a load error naming the tensor; the runtime keeps
 //    serving; `mtp` on a file without MTP layers names the missing key;
 //  - `power run --spec mtp` reports the mode and its counts; sampling with mtp is seeded and
-//    reproducible.
+//    reproducible;
+//  - the drafter's rollback: after rounds of drafts with rejections (verify chunks whose
+//    rejected rows it observed, chains it wrote past the committed pairs), it drafts exactly
+//    what a fresh drafter fed the same committed tokens in one prefill drafts.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "device/kv_cache.h"
+#include "engine/speculative_mtp.h"
 #include "format/gguf.h"
+#include "models/decoder.h"
+#include "models/model.h"
+#include "models/mtp.h"
 #include "power/runtime.h"
 #include "run_util.h"
 #include "test_util.h"
@@ -269,6 +277,68 @@ TEST(SpecMtp, SamplingWithMtpIsSeededAndReproducible) {
   EXPECT_EQ(a.tokens.size(), 24u);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_GT(a.speculative.drafted, 0);
+}
+
+// Drives Model + MtpDrafter by hand: drafter A goes through verify rounds that accept 0, 1, 2
+// and all drafts (each rejection leaves stale MTP chain positions and stale hidden rows behind);
+// drafter B sees only the committed tokens, prefilled at once. Both must draft the same tokens
+// (and A must hold exactly the committed pairs). Fails if the MTP KV keeps a rejected chain
+// position or a hidden row is paired with the wrong token.
+TEST(SpecMtp, DrafterAfterRollbacksDraftsWhatAFreshDrafterDrafts) {
+  POWER_REQUIRE_SHARED();
+  auto file = GgufFile::open(mtp_model());
+  ASSERT_TRUE(file.ok());
+  std::shared_ptr<const GgufFile> f(std::move(*file));
+  auto model = load_model(f);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto head = MtpHead::load(**model);
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  const int64_t n_ctx = 128, n_vocab = (*model)->hparams().n_vocab;
+  auto kv = KvCache::create((*model)->kv_config(n_ctx, 2, GgmlType::F32));
+  auto mkv = KvCache::create((*head)->kv_config(n_ctx, 2, GgmlType::F32));
+  ASSERT_TRUE(kv.ok() && mkv.ok());
+  auto ws = (*model)->make_workspace(64, n_ctx, 1);
+  auto mws = (*head)->make_workspace(64, n_ctx, 1);
+  ASSERT_TRUE(ws.ok() && mws.ok());
+  SamplerParams sp;
+  sp.temperature = 0;
+  spec::MtpDrafter a(**head, **mws, mkv->get(), sp);
+  KvSequence seq_a(kv->get());
+  std::vector<float> logits(static_cast<size_t>(64 * n_vocab));  // ws: 64 tokens
+  auto pass = [&](KvSequence& seq, spec::MtpDrafter& dr, std::span<const int32_t> toks) {
+    const int64_t pos0 = seq.n_tokens();
+    ForwardChunk c{&seq, toks, true};
+    ASSERT_TRUE((*model)->forward(**ws, std::span<const ForwardChunk>(&c, 1), logits.data()).ok());
+    dr.observe(pos0, (*ws)->x.data(), static_cast<int64_t>(toks.size()));
+  };
+  std::vector<int32_t> committed = prompt_ids(0);
+  pass(seq_a, a, std::span<const int32_t>(committed).first(committed.size() - 1));
+  // committed.back() is not in the KV yet (as in the scheduler: the last sampled token).
+  for (int round = 0; round < 4; ++round) {
+    std::vector<int32_t> drafts;
+    auto n = a.draft(committed, 3, drafts);
+    ASSERT_TRUE(n.ok());
+    ASSERT_EQ(*n, 3);
+    std::vector<int32_t> chunk = {committed.back()};
+    chunk.insert(chunk.end(), drafts.begin(), drafts.end());
+    const int64_t keep = seq_a.n_tokens();
+    pass(seq_a, a, chunk);
+    const int accepted = std::min(round, 3);  // 0, 1, 2, then all 3
+    ASSERT_TRUE(seq_a.truncate(static_cast<int>(keep + 1 + accepted)).ok());
+    for (int j = 0; j < accepted; ++j) committed.push_back(drafts[static_cast<size_t>(j)]);
+    // The "correction": any token the drafts did not propose.
+    committed.push_back(static_cast<int32_t>((1000 + 37 * round) % n_vocab));
+  }
+  std::vector<int32_t> da, db;
+  ASSERT_TRUE(a.draft(committed, 4, da).ok());
+  EXPECT_EQ(a.fed(), static_cast<int64_t>(committed.size()) - 1);
+
+  spec::MtpDrafter b(**head, **mws, mkv->get(), sp);
+  KvSequence seq_b(kv->get());
+  pass(seq_b, b, std::span<const int32_t>(committed).first(committed.size() - 1));
+  ASSERT_TRUE(b.draft(committed, 4, db).ok());
+  EXPECT_EQ(da, db);
+  EXPECT_EQ(b.fed(), a.fed());
 }
 
 TEST(SpecMtp, PowerRunSpecMtp) {
