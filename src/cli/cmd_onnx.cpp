@@ -16,6 +16,7 @@
 #include "onnx/models/mnist.h"
 #include "onnx/models/paddleocr.h"
 #include "onnx/models/silero_vad.h"
+#include "onnx/service.h"
 
 namespace power::cli {
 namespace {
@@ -35,6 +36,23 @@ Result<std::shared_ptr<const Model>> load_onnx(const std::string& file_or_name) 
 
 void print_json(const json& j) {
   std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+}
+
+// --receipt FILE: the execution goes through onnx::Service, which signs a power.receipt.v1
+// over the model files, the input file's bytes and the canonical JSON of the result.
+Result<json> run_with_receipt(const ServiceOptions& so, Task task, const std::string& input_path,
+                              const VadOptions& vad, const std::string& receipt_path) {
+  POWER_ASSIGN_OR_RETURN(
+      auto svc, Service::create(so, [](const std::string& m) { return resolve_model_path(m); }));
+  POWER_ASSIGN_OR_RETURN(std::string bytes, read_file_text(input_path));
+  ExecRequest req;
+  req.task = task;
+  req.input = bytes;
+  req.want_receipt = true;
+  req.vad = vad;
+  POWER_ASSIGN_OR_RETURN(ExecResult r, svc->execute(req));
+  POWER_RETURN_IF_ERROR(write_file_atomic(receipt_path, r.receipt + "\n"));
+  return std::move(r.result);
 }
 
 json shape_json(const Shape& s) {
@@ -225,17 +243,27 @@ void add_classify(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto image = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
+  auto receipt = std::make_shared<std::string>();
   cmd->add_option("-m,--model", *model, "ONNX model file or store name")->required();
   cmd->add_option("image", *image, "image file (PNG, JPEG, BMP, PNM, TIFF)")->required();
   cmd->add_flag("--json", *as_json, "JSON output: {\"class\":N,\"scores\":[...]}");
+  cmd->add_option("--receipt", *receipt, "write a signed power.receipt.v1 of this run to FILE");
   cmd->callback([=] {
+    if (!receipt->empty()) {
+      ServiceOptions so;
+      so.classify_models = {*model};
+      auto r = run_with_receipt(so, Task::kClassify, *image, {}, *receipt);
+      if (!r.ok()) return report_error(r.status());
+      if (*as_json) return print_json(*r);
+      return (void)std::printf("%d\n", (*r)["class"].get<int>());
+    }
     auto m = load_onnx(*model);
     if (!m.ok()) return report_error(m.status());
     auto img = load_image(*image, 1);
     if (!img.ok()) return report_error(img.status());
     auto r = mnist_classify(**m, *img);
     if (!r.ok()) return report_error(r.status());
-    if (*as_json) return print_json({{"class", r->digit}, {"scores", r->logits}});
+    if (*as_json) return print_json(classify_json(r->digit, r->logits));
     std::printf("%d\n", r->digit);
   });
 }
@@ -247,9 +275,11 @@ void add_vad(CLI::App& app) {
   auto as_json = std::make_shared<bool>(false);
   auto opt = std::make_shared<VadOptions>();
   auto threads = std::make_shared<int>(1);
+  auto receipt = std::make_shared<std::string>();
   cmd->add_option("-m,--model", *model,
                   "Silero VAD ONNX file (silero_vad_16k_op15.onnx) or store name")
       ->required();
+  cmd->add_option("--receipt", *receipt, "write a signed power.receipt.v1 of this run to FILE");
   cmd->add_option("audio", *wav, "mono WAV (16000 or 8000 Hz)")->required();
   cmd->add_flag("--json", *as_json,
                 "JSON output: {\"probs\":[...],\"segments\":[{\"start\":s,\"end\":e}]}");
@@ -268,6 +298,19 @@ void add_vad(CLI::App& app) {
       return report_error(
           make_error(StatusCode::kInvalidArgument, "durations must not be negative"));
     }
+    auto print = [as_json](const json& j) {
+      if (*as_json) return print_json(j);
+      for (const auto& s : j["segments"])
+        std::printf("%.3f %.3f\n", s["start"].get<double>(), s["end"].get<double>());
+    };
+    if (!receipt->empty()) {
+      ServiceOptions so;
+      so.vad_models = {*model};
+      so.threads = std::max(1, *threads);
+      auto r = run_with_receipt(so, Task::kVad, *wav, *opt, *receipt);
+      if (!r.ok()) return report_error(r.status());
+      return print(*r);
+    }
     auto m = load_onnx(*model);
     if (!m.ok()) return report_error(m.status());
     Status valid = SileroVad::validate(**m);
@@ -280,13 +323,7 @@ void add_vad(CLI::App& app) {
     if (!probs.ok()) return report_error(probs.status());
     auto segs = speech_segments(*probs, static_cast<int64_t>(audio->samples.size()),
                                 audio->sample_rate, *opt);
-    json js = json::array();
-    for (const auto& s : segs)
-      js.push_back({{"start", samples_to_seconds(s.start, audio->sample_rate)},
-                    {"end", samples_to_seconds(s.end, audio->sample_rate)}});
-    if (*as_json) return print_json({{"probs", *probs}, {"segments", js}});
-    for (const auto& s : js)
-      std::printf("%.3f %.3f\n", s["start"].get<double>(), s["end"].get<double>());
+    print(vad_json(*probs, segs, audio->sample_rate));
   });
 }
 
@@ -300,6 +337,8 @@ void add_ocr(CLI::App& app) {
   auto as_json = std::make_shared<bool>(false);
   auto line_only = std::make_shared<bool>(false);
   auto threads = std::make_shared<int>(1);
+  auto receipt = std::make_shared<std::string>();
+  cmd->add_option("--receipt", *receipt, "write a signed power.receipt.v1 of this run to FILE");
   cmd->add_option("--det", *det, "detection model (ch_PP-OCRv4_det_infer.onnx) or store name");
   cmd->add_option("--rec", *rec, "recognition model (ch_PP-OCRv4_rec_infer.onnx) or store name")
       ->required();
@@ -314,6 +353,22 @@ void add_ocr(CLI::App& app) {
     if (!*line_only && det->empty()) {
       return report_error(
           make_error(StatusCode::kInvalidArgument, "--det is required unless --line is given"));
+    }
+    if (!receipt->empty()) {
+      if (*line_only) {
+        return report_error(make_error(StatusCode::kInvalidArgument,
+                                       "--receipt covers the full pipeline; not with --line"));
+      }
+      ServiceOptions so;
+      so.ocr_det = *det;
+      so.ocr_rec = *rec;
+      so.ocr_keys = *keys;
+      so.threads = std::max(1, *threads);
+      auto r = run_with_receipt(so, Task::kOcr, *image, {}, *receipt);
+      if (!r.ok()) return report_error(r.status());
+      if (*as_json) return print_json(*r);
+      for (const auto& l : (*r)["lines"]) std::printf("%s\n", l["text"].get<std::string>().c_str());
+      return;
     }
     std::string det_path, rec_path;
     if (!*line_only) {
@@ -340,15 +395,7 @@ void add_ocr(CLI::App& app) {
       if (!r.ok()) return report_error(r.status());
       lines = std::move(*r);
     }
-    if (*as_json) {
-      json jl = json::array();
-      for (const auto& l : lines) {
-        json box = json::array();
-        for (const auto& p : l.box) box.push_back({p[0], p[1]});
-        jl.push_back({{"text", l.text}, {"box", box}, {"score", l.score}});
-      }
-      return print_json({{"lines", jl}});
-    }
+    if (*as_json) return print_json(ocr_json(lines));
     for (const auto& l : lines) std::printf("%s\n", l.text.c_str());
   });
 }

@@ -47,6 +47,18 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--threads")) o.load.threads = a.opts.load.threads;
   if (given("--replicas")) o.load.replicas = a.opts.load.replicas;
   if (given("--kv-type")) o.load.kv_type = a.opts.load.kv_type;
+  // ONNX models (docs/SERVER.md "ONNX models").
+  const onnx::ServiceOptions& x = a.opts.onnx;
+  for (const auto& m : x.vad_models) o.onnx.vad_models.push_back(m);
+  for (const auto& m : x.classify_models) o.onnx.classify_models.push_back(m);
+  if (given("--ocr-det")) o.onnx.ocr_det = x.ocr_det;
+  if (given("--ocr-rec")) o.onnx.ocr_rec = x.ocr_rec;
+  if (given("--ocr-keys")) o.onnx.ocr_keys = x.ocr_keys;
+  if (given("--ocr-id")) o.onnx.ocr_id = x.ocr_id;
+  if (given("--onnx-max-running")) o.onnx.max_running = x.max_running;
+  if (given("--onnx-max-waiting")) o.onnx.max_waiting = x.max_waiting;
+  if (given("--onnx-budget-bytes")) o.onnx.budget_bytes = x.budget_bytes;
+  if (given("--onnx-threads")) o.onnx.threads = x.threads;
   o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
 
   // SIGINT/SIGTERM go to one watcher thread (blocked everywhere else, so every thread the
@@ -125,6 +137,24 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--replicas", o.load.replicas, "Session replicas per model")
       ->capture_default_str();
   cmd->add_option("--kv-type", o.load.kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  onnx::ServiceOptions& x = o.onnx;
+  cmd->add_option("--vad-model", x.vad_models,
+                  "[ID=]Silero VAD ONNX file or store name for POST /v1/audio/vad (repeatable)");
+  cmd->add_option("--classify-model", x.classify_models,
+                  "[ID=]MNIST-style ONNX classifier for POST /v1/classify (repeatable)");
+  cmd->add_option("--ocr-det", x.ocr_det, "PaddleOCR detection ONNX for POST /v1/ocr");
+  cmd->add_option("--ocr-rec", x.ocr_rec, "PaddleOCR recognition ONNX for POST /v1/ocr");
+  cmd->add_option("--ocr-keys", x.ocr_keys, "PaddleOCR character list (ppocr_keys_v1.txt)");
+  cmd->add_option("--ocr-id", x.ocr_id, "Model id of the OCR pipeline")->capture_default_str();
+  cmd->add_option("--onnx-max-running", x.max_running, "ONNX executions at once")
+      ->capture_default_str();
+  cmd->add_option("--onnx-max-waiting", x.max_waiting,
+                  "ONNX executions waiting for memory before 429")
+      ->capture_default_str();
+  cmd->add_option("--onnx-budget-bytes", x.budget_bytes,
+                  "Memory for ONNX executions (0: device budget less weights)");
+  cmd->add_option("--onnx-threads", x.threads, "Compute threads per ONNX execution")
+      ->capture_default_str();
   cmd->callback([a, cmd] { run_serve(*a, cmd); });
 }
 

@@ -1,6 +1,8 @@
 // The ONNX commands through the `power` binary: classify, vad, ocr, onnx inspect/run.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -92,6 +94,53 @@ TEST(CliOnnx, OcrLineAndPage) {
   EXPECT_EQ(j["lines"][0]["text"], "This is a lot of 12 point text to test the");
   EXPECT_EQ(j["lines"][0]["box"].size(), 4u);
   EXPECT_GT(j["lines"][0]["score"].get<double>(), 0.5);
+}
+
+// --receipt: a signed power.receipt.v1 that `power verify` accepts against the model file,
+// the input file and the printed JSON, and rejects for another input. $POWER_HOME is a fresh
+// directory (the key is made there); the npm model path is resolved before it changes.
+TEST(CliOnnx, ReceiptsVerify) {
+  POWER_REQUIRE_SHARED();
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  const std::string silero = power::testing::silero_model();
+  const std::string v = shared_dir() + "/models/vision/", a = shared_dir() + "/models/audio/";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("power-cli-onnx-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ::setenv("POWER_HOME", (dir / "home").c_str(), 1);
+  auto write = [](const std::filesystem::path& p, const std::string& text) {
+    std::ofstream(p) << text;
+  };
+  auto c = run_power({"classify", "-m", v + "mnist-8.onnx", v + "mnist_nine.bmp", "--json",
+                      "--receipt", (dir / "c.json").string()});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(json::parse(c.out)["class"], 9);
+  write(dir / "c_out.json", c.out);
+  auto ok = run_power({"verify", (dir / "c.json").string(), "-m", v + "mnist-8.onnx", "--request",
+                       v + "mnist_nine.bmp", "--output", (dir / "c_out.json").string()});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("PASS signature"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("PASS model"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("receipt accepted"), std::string::npos) << ok.out;
+  auto bad = run_power({"verify", (dir / "c.json").string(), "--request", v + "cat.bmp"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.out.find("FAIL input"), std::string::npos) << bad.out;
+
+  auto vr = run_power(
+      {"vad", "-m", silero, a + "jfk.wav", "--json", "--receipt", (dir / "v.json").string()});
+  ASSERT_EQ(vr.exit_code, 0) << vr.err;
+  write(dir / "v_out.json", vr.out);
+  auto plain = run_power({"vad", "-m", silero, a + "jfk.wav", "--json"});
+  EXPECT_EQ(plain.out, vr.out);  // the receipt path prints the same answer
+  auto vok = run_power({"verify", (dir / "v.json").string(), "-m", silero, "--request",
+                        a + "jfk.wav", "--output", (dir / "v_out.json").string()});
+  EXPECT_EQ(vok.exit_code, 0) << vok.out << vok.err;
+  auto wrong_model = run_power({"verify", (dir / "v.json").string(), "-m", v + "mnist-8.onnx"});
+  EXPECT_EQ(wrong_model.exit_code, 1);
+  EXPECT_NE(wrong_model.out.find("FAIL model"), std::string::npos) << wrong_model.out;
+  ::unsetenv("POWER_HOME");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
