@@ -4,6 +4,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <unordered_set>
@@ -143,6 +144,97 @@ struct Loader {
     g.outer_refs.emplace_back(id, pid);
     return id;
   }
+  // Conv -> BatchNormalization with constant statistics becomes one Conv: per output channel
+  // c, s = scale[c] / sqrt(var[c] + epsilon); W'[c] = W[c] * s; b'[c] = (b[c] - mean[c]) * s +
+  // B[c]. Only when the Conv's weights (and bias) are initializers and the BN is the Conv
+  // output's only reader; the folded weights are new values, so shared initializers stay.
+  void fold_batch_norms(Graph& g) {
+    std::vector<int> readers(g.names.size(), 0);
+    for (const auto& n : g.nodes) {
+      for (int id : n.inputs)
+        if (id >= 0) readers[id]++;
+      for (int id : n.captures) readers[id]++;
+    }
+    for (int id : g.outputs) readers[id]++;
+    std::vector<int> producer(g.names.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (int id : g.nodes[i].outputs)
+        if (id >= 0) producer[id] = static_cast<int>(i);
+    auto f32_init = [&](int id, int64_t n) -> const Tensor* {
+      if (id < 0) return nullptr;
+      auto it = g.initializers.find(id);
+      if (it == g.initializers.end() || it->second.dtype != DType::kF32 || it->second.numel() != n)
+        return nullptr;
+      return &it->second;
+    };
+    std::vector<bool> drop(g.nodes.size(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node& bn = g.nodes[i];
+      if (bn.op != "BatchNormalization" || bn.inputs.size() != 5 || bn.inputs[0] < 0) continue;
+      if (bn.attr_i("training_mode", 0) != 0) continue;
+      bool extra_outputs = false;
+      for (size_t o = 1; o < bn.outputs.size(); ++o) extra_outputs |= bn.outputs[o] >= 0;
+      if (extra_outputs || readers[bn.inputs[0]] != 1) continue;
+      const int pi = producer[bn.inputs[0]];
+      if (pi < 0 || drop[pi]) continue;
+      Node& conv = g.nodes[pi];
+      if (conv.op != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2) continue;
+      auto wit = g.initializers.find(conv.inputs[1]);
+      if (wit == g.initializers.end() || wit->second.dtype != DType::kF32 || wit->second.rank() < 3)
+        continue;
+      const Tensor& w = wit->second;
+      const int64_t m = w.shape[0];
+      const int64_t per = w.numel() / m;
+      const Tensor* bias = conv.inputs.size() > 2 ? f32_init(conv.inputs[2], m) : nullptr;
+      if (conv.inputs.size() > 2 && conv.inputs[2] >= 0 && !bias) continue;
+      const Tensor* scale = f32_init(bn.inputs[1], m);
+      const Tensor* beta = f32_init(bn.inputs[2], m);
+      const Tensor* mean = f32_init(bn.inputs[3], m);
+      const Tensor* var = f32_init(bn.inputs[4], m);
+      if (!scale || !beta || !mean || !var) continue;
+      const float eps = bn.attr_f("epsilon", 1e-5f);
+      std::vector<float> nw(static_cast<size_t>(w.numel())), nb(static_cast<size_t>(m));
+      for (int64_t c = 0; c < m; ++c) {
+        const float sc = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
+        for (int64_t k = 0; k < per; ++k) nw[c * per + k] = w.data<float>()[c * per + k] * sc;
+        const float b0 = bias ? bias->data<float>()[c] : 0.0f;
+        nb[c] = (b0 - mean->data<float>()[c]) * sc + beta->data<float>()[c];
+      }
+      const Shape wshape = w.shape;
+      const int wid = define(g, g.names[bn.outputs[0]] + "/folded_W");
+      const int bid = define(g, g.names[bn.outputs[0]] + "/folded_B");
+      g.initializers[wid] = make_f32(wshape, nw);
+      g.initializers[bid] = make_f32({m}, nb);
+      conv.inputs.resize(3);
+      conv.inputs[1] = wid;
+      conv.inputs[2] = bid;
+      conv.outputs[0] = bn.outputs[0];
+      producer[bn.outputs[0]] = pi;
+      drop[i] = true;
+    }
+    if (std::find(drop.begin(), drop.end(), true) == drop.end()) return;
+    std::vector<Node> kept;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+    g.nodes = std::move(kept);
+    // The unfolded weights and statistics nobody reads any more are not kept.
+    std::vector<int> still(g.names.size(), 0);
+    for (const auto& n : g.nodes) {
+      for (int id : n.inputs)
+        if (id >= 0) still[id]++;
+      for (int id : n.captures) still[id]++;
+    }
+    for (int id : g.outputs) still[id]++;
+    for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+      if (still[it->first] == 0 && it->first < static_cast<int>(readers.size()) &&
+          readers[it->first] > 0) {
+        it = g.initializers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   int define(Graph& g, const std::string& name) {
     int id = static_cast<int>(g.names.size());
     g.names.push_back(name);
@@ -329,6 +421,7 @@ struct Loader {
       g.outputs.push_back(id);
       g.output_info.push_back(value_info(out));
     }
+    fold_batch_norms(g);
     // Liveness: the last node index that reads each value.
     g.last_use.assign(g.names.size(), -1);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
