@@ -160,12 +160,22 @@ struct Loader {
     for (size_t i = 0; i < g.nodes.size(); ++i)
       for (int id : g.nodes[i].outputs)
         if (id >= 0) producer[id] = static_cast<int>(i);
-    auto f32_init = [&](int id, int64_t n) -> const Tensor* {
+    // A constant: an initializer, or the value of a Constant node (paddle2onnx exports
+    // weights that way).
+    auto constant = [&](int id) -> const Tensor* {
       if (id < 0) return nullptr;
       auto it = g.initializers.find(id);
-      if (it == g.initializers.end() || it->second.dtype != DType::kF32 || it->second.numel() != n)
-        return nullptr;
-      return &it->second;
+      if (it != g.initializers.end()) return &it->second;
+      const int p = producer[id];
+      if (p < 0 || g.nodes[p].op != "Constant") return nullptr;
+      auto a = g.nodes[p].attrs.find("value");
+      if (a == g.nodes[p].attrs.end() || a->second.kind != Attr::kTensor) return nullptr;
+      return &a->second.t;
+    };
+    auto f32_init = [&](int id, int64_t n) -> const Tensor* {
+      const Tensor* t = constant(id);
+      if (!t || t->dtype != DType::kF32 || t->numel() != n || !t->buf) return nullptr;
+      return t;
     };
     std::vector<bool> drop(g.nodes.size(), false);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -179,10 +189,9 @@ struct Loader {
       if (pi < 0 || drop[pi]) continue;
       Node& conv = g.nodes[pi];
       if (conv.op != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2) continue;
-      auto wit = g.initializers.find(conv.inputs[1]);
-      if (wit == g.initializers.end() || wit->second.dtype != DType::kF32 || wit->second.rank() < 3)
-        continue;
-      const Tensor& w = wit->second;
+      const Tensor* wp = constant(conv.inputs[1]);
+      if (!wp || wp->dtype != DType::kF32 || wp->rank() < 3 || !wp->buf) continue;
+      const Tensor& w = *wp;
       const int64_t m = w.shape[0];
       const int64_t per = w.numel() / m;
       const Tensor* bias = conv.inputs.size() > 2 ? f32_init(conv.inputs[2], m) : nullptr;
@@ -213,6 +222,22 @@ struct Loader {
       drop[i] = true;
     }
     if (std::find(drop.begin(), drop.end(), true) == drop.end()) return;
+    // Constant nodes whose only readers were folded away go too.
+    std::vector<int> left(g.names.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (drop[i]) continue;
+      for (int id : g.nodes[i].inputs)
+        if (id >= 0) left[id]++;
+      for (int id : g.nodes[i].captures) left[id]++;
+    }
+    for (int id : g.outputs) left[id]++;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.op == "Constant" && n.outputs.size() == 1 && n.outputs[0] >= 0 &&
+          n.outputs[0] < static_cast<int>(readers.size()) && readers[n.outputs[0]] > 0 &&
+          left[n.outputs[0]] == 0)
+        drop[i] = true;
+    }
     std::vector<Node> kept;
     for (size_t i = 0; i < g.nodes.size(); ++i)
       if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
