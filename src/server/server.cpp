@@ -521,18 +521,27 @@ void Server::Impl::register_routes() {
   auto model_json = [](const LoadedModel& m) {
     return json{{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "power"}};
   };
-  s.Get("/v1/models", [this, model_json](const httplib::Request&, httplib::Response& res) {
-    json data = json::array();
-    for (const auto& m : registry->list()) data.push_back(model_json(*m));
-    for (const auto& m : onnx ? onnx->models() : std::vector<onnx::ServiceModelInfo>{}) {
-      data.push_back(
-          json{{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "power"}});
-    }
-    send_json(res, json{{"object", "list"}, {"data", data}});
-  });
+  auto onnx_model_json = [](const onnx::ServiceModelInfo& m) {
+    return json{{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "power"}};
+  };
+  s.Get("/v1/models",
+        [this, model_json, onnx_model_json](const httplib::Request&, httplib::Response& res) {
+          json data = json::array();
+          for (const auto& m : registry->list()) data.push_back(model_json(*m));
+          for (const auto& m : onnx ? onnx->models() : std::vector<onnx::ServiceModelInfo>{}) {
+            data.push_back(onnx_model_json(m));
+          }
+          send_json(res, json{{"object", "list"}, {"data", data}});
+        });
   s.Get(R"(/v1/models/(.+))",
-        [this, model_json](const httplib::Request& req, httplib::Response& res) {
-          auto m = find_model(req.matches[1].str(), res);
+        [this, model_json, onnx_model_json](const httplib::Request& req, httplib::Response& res) {
+          const std::string id = req.matches[1].str();
+          if (onnx && !registry->find(id)) {
+            for (const auto& m : onnx->models()) {
+              if (m.id == id) return send_json(res, onnx_model_json(m));
+            }
+          }
+          auto m = find_model(id, res);
           if (m) send_json(res, model_json(*m));
         });
 

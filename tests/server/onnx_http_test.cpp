@@ -502,6 +502,13 @@ TEST(OnnxHttp, ConfigKeysAndModelList) {
   std::set<std::string> ids;
   for (const auto& m : models["data"]) ids.insert(m["id"].get<std::string>());
   EXPECT_EQ(ids, (std::set<std::string>{"v", "mnist-8"}));
+  // Every listed id can be retrieved on its own; an unknown one is OpenAI's 404.
+  for (const std::string& id : ids) {
+    RawReply one = http_test::get_raw(srv.port(), "/v1/models/" + id);
+    ASSERT_EQ(one.status, 200) << one.body;
+    EXPECT_EQ(json::parse(one.body)["id"], id);
+  }
+  EXPECT_EQ(http_test::get_raw(srv.port(), "/v1/models/no-such-model").status, 404);
   EXPECT_EQ(http_test::get_raw(srv.port(), "/health/ready").status, 200);
   RawReply r =
       post_bytes(srv.port(), "/v1/audio/vad?model=v", slurp(audio_dir() + "test.wav"), "audio/wav");
