@@ -2,6 +2,7 @@
 // Clip, Cast, Where.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "onnx/ops_internal.h"
 
@@ -209,6 +210,51 @@ bool is_compare(Bin op) {
          op == Bin::kGreaterEq || op == Bin::kAnd || op == Bin::kOr || op == Bin::kXor;
 }
 
+// One broadcast span: po[j] = f(pa[j * da], pb[j * db]). The contiguous and one-side-scalar
+// cases (same shapes, a scalar operand, a per-channel [1,C,1,1] operand) are separate loops
+// the compiler vectorizes; the general strided loop stays for the rest.
+template <typename T, typename F>
+inline void arith_span(T* po, const T* pa, const T* pb, int64_t n, int64_t da, int64_t db, F f) {
+  if (da == 1 && db == 1) {
+    for (int64_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[j]);
+  } else if (da == 1 && db == 0) {
+    const T y = *pb;
+    for (int64_t j = 0; j < n; ++j) po[j] = f(pa[j], y);
+  } else if (da == 0 && db == 1) {
+    const T x = *pa;
+    for (int64_t j = 0; j < n; ++j) po[j] = f(x, pb[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) po[j] = f(pa[j * da], pb[j * db]);
+  }
+}
+
+// Elementwise f over the broadcast of a and b (strides sa, sb over out's shape). When each
+// operand is either the full output or a single element, the whole tensor is one span.
+template <typename T, typename F>
+void arith_spans(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
+                 const T* pa, const T* pb, T* po, F f) {
+  const int64_t total = shape_numel(out);
+  auto flat = [&](const std::vector<int64_t>& st) -> int64_t {  // 1 full, 0 scalar, -1 neither
+    bool zero = true, full = true;
+    int64_t expect = 1;
+    for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+      if (st[d] != 0) zero = false;
+      if (out[d] != 1 && st[d] != expect) full = false;
+      expect *= out[d];
+    }
+    return full ? 1 : (zero ? 0 : -1);
+  };
+  const int64_t fa = flat(sa), fb = flat(sb);
+  if (fa >= 0 && fb >= 0) {
+    arith_span(po, pa, pb, total, fa, fb, f);
+    return;
+  }
+  for_broadcast(out, sa, sb,
+                [&](int64_t o, int64_t ia, int64_t ib, int64_t n, int64_t da, int64_t db) {
+                  arith_span(po + o, pa + ia, pb + ib, n, da, db, f);
+                });
+}
+
 template <typename T>
 void binary_typed(Bin op, const Tensor& a, const Tensor& b, Tensor& out,
                   const std::vector<int64_t>& sa, const std::vector<int64_t>& sb) {
@@ -224,24 +270,22 @@ void binary_typed(Bin op, const Tensor& a, const Tensor& b, Tensor& out,
     return;
   }
   T* po = out.mutable_data<T>();
-  // Pow with a float exponent of exactly 2 or 0.5 is common (LayerNorm); keep it exact.
-  for_broadcast(out.shape, sa, sb,
-                [&](int64_t o, int64_t ia, int64_t ib, int64_t n, int64_t da, int64_t db) {
-                  switch (op) {
-                    case Bin::kAdd:
-                      for (int64_t j = 0; j < n; ++j) po[o + j] = pa[ia + j * da] + pb[ib + j * db];
-                      break;
-                    case Bin::kSub:
-                      for (int64_t j = 0; j < n; ++j) po[o + j] = pa[ia + j * da] - pb[ib + j * db];
-                      break;
-                    case Bin::kMul:
-                      for (int64_t j = 0; j < n; ++j) po[o + j] = pa[ia + j * da] * pb[ib + j * db];
-                      break;
-                    default:
-                      for (int64_t j = 0; j < n; ++j)
-                        po[o + j] = apply<T>(op, pa[ia + j * da], pb[ib + j * db]);
-                  }
-                });
+  switch (op) {
+    case Bin::kAdd:
+      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x + y; });
+    case Bin::kSub:
+      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x - y; });
+    case Bin::kMul:
+      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x * y; });
+    case Bin::kDiv:
+      if constexpr (std::is_floating_point_v<T>) {
+        return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x / y; });
+      }
+      break;
+    default:
+      break;
+  }
+  arith_spans<T>(out.shape, sa, sb, pa, pb, po, [op](T x, T y) { return apply<T>(op, x, y); });
 }
 
 Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {

@@ -6,7 +6,9 @@
 #include <unordered_map>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/isa.h"
 #include "onnx/ops_internal.h"
+#include "onnx/sgemm_avx2.h"
 
 namespace power::onnx {
 
@@ -16,8 +18,8 @@ namespace {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A, int64_t lda,
-                const float* B, int64_t ldb, float* C, int64_t ldc) {
+void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
+                         int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
   constexpr int64_t kTile = 256;
   constexpr int64_t kKTile = 256;
   for (int64_t jt = j0; jt < j1; jt += kTile) {
@@ -45,6 +47,19 @@ void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const
       }
     }
   }
+}
+
+// The AVX2 register-tiled block when the active ISA has it (POWER_FORCE_ISA=scalar keeps the
+// portable loop), else the portable loop.
+void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+#if defined(POWER_ONNX_AVX2)
+  if (cpu_isa() != CpuIsa::kScalar) {
+    gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
+    return;
+  }
+#endif
+  gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
 }
 
 }  // namespace
@@ -276,6 +291,35 @@ Status check_conv(const Node& n) {
   return Status();
 }
 
+// One channel of a depthwise convolution: each kernel tap adds w * (a shifted input row) to the
+// output row over the output columns whose input column is inside the image, so the inner loop
+// has no bounds test (and is contiguous, hence vectorized, at stride 1).
+void depthwise_plane(const Geo& g, const float* xin, const float* w, float* yout) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    float* __restrict yr = yout + oh * g.OW;
+    std::fill(yr, yr + g.OW, 0.0f);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      const float* __restrict xr = xin + ih * g.W;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const float wv = w[i * g.kw + j];
+        const int64_t off = j * g.dw - g.pl;  // input column = ow * sw + off
+        // First ow with ow * sw + off >= 0, and one past the last with ow * sw + off < W.
+        int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+        int64_t hi = g.W - off <= 0 ? 0 : (g.W - off + g.sw - 1) / g.sw;
+        hi = std::min(hi, g.OW);
+        if (g.sw == 1) {
+          const float* __restrict xs = xr + off;
+          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xs[ow];
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * g.sw + off];
+        }
+      }
+    }
+  }
+}
+
 Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
   const Tensor &x = *in[0], &w = *in[1];
@@ -313,20 +357,7 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       float* yout = py + (b * M + gi * mg) * P;
       const float* wg = pw + gi * mg * kk;
       if (depthwise) {
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            float s = 0;
-            for (int64_t i = 0; i < g.kh; ++i) {
-              int64_t ih = oh * g.sh - g.pt + i * g.dh;
-              if (ih < 0 || ih >= g.H) continue;
-              for (int64_t j = 0; j < g.kw; ++j) {
-                int64_t iw = ow * g.sw - g.pl + j * g.dw;
-                if (iw < 0 || iw >= g.W) continue;
-                s += xin[ih * g.W + iw] * wg[i * g.kw + j];
-              }
-            }
-            yout[oh * g.OW + ow] = s;
-          }
+        depthwise_plane(g, xin, wg, yout);
         continue;
       }
       const float* bmat = xin;

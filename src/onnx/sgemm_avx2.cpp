@@ -1,0 +1,113 @@
+// AVX2/FMA SGEMM block for the ONNX kernels (compiled with -mavx2 -mfma; called only when
+// the kernels layer's ISA choice, kernels/cpu/isa.h, is AVX2 or better).
+//
+// C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1], row-major. The product is computed in
+// register tiles of up to 6 rows x 16 columns (12 accumulators): per k, two loads of B, one
+// broadcast of A per row and two FMAs per row, so C stays in registers for a whole K panel.
+// Loops: K panels of 256 (a 256 x 16 strip of B is 16 KiB and stays in L1 while every row
+// block of A passes over it), then 16-column strips, then 6-row blocks. Column remainders use
+// masked loads/stores (no read past the row end).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "onnx/sgemm_avx2.h"
+
+namespace power::onnx {
+
+namespace {
+
+constexpr int64_t kRows = 6;
+constexpr int64_t kCols = 16;
+constexpr int64_t kPanel = 256;
+
+__m256i lane_mask(int64_t n) {  // lanes < n set (n clamped to 0..8)
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), idx);
+}
+
+template <int R, bool kFull>
+void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc, int64_t n) {
+  const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
+  __m256 c0[R], c1[R];
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kFull) {
+      c0[r] = _mm256_loadu_ps(c + r * ldc);
+      c1[r] = _mm256_loadu_ps(c + r * ldc + 8);
+    } else {
+      c0[r] = _mm256_maskload_ps(c + r * ldc, m0);
+      c1[r] = _mm256_maskload_ps(c + r * ldc + 8, m1);
+    }
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* bk = b + k * ldb;
+    __m256 b0, b1;
+    if constexpr (kFull) {
+      b0 = _mm256_loadu_ps(bk);
+      b1 = _mm256_loadu_ps(bk + 8);
+    } else {
+      b0 = _mm256_maskload_ps(bk, m0);
+      b1 = _mm256_maskload_ps(bk + 8, m1);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kFull) {
+      _mm256_storeu_ps(c + r * ldc, c0[r]);
+      _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
+    } else {
+      _mm256_maskstore_ps(c + r * ldc, m0, c0[r]);
+      _mm256_maskstore_ps(c + r * ldc + 8, m1, c1[r]);
+    }
+  }
+}
+
+template <bool kFull>
+void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, int64_t n) {
+  switch (rows) {
+    case 1:
+      return tile<1, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+    case 2:
+      return tile<2, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+    case 3:
+      return tile<3, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+    case 4:
+      return tile<4, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+    case 5:
+      return tile<5, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+    default:
+      return tile<6, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+  }
+}
+
+}  // namespace
+
+void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  for (int64_t kt = 0; kt < K; kt += kPanel) {
+    const int64_t ke = std::min(K, kt + kPanel);
+    for (int64_t j = j0; j < j1; j += kCols) {
+      const int64_t n = std::min(kCols, j1 - j);
+      for (int64_t i = i0; i < i1; i += kRows) {
+        const int64_t rows = std::min(kRows, i1 - i);
+        const float* a = A + i * lda;
+        const float* b = B + j;
+        float* c = C + i * ldc + j;
+        if (n == kCols) {
+          tile_rows<true>(rows, kt, ke, a, lda, b, ldb, c, ldc, n);
+        } else {
+          tile_rows<false>(rows, kt, ke, a, lda, b, ldb, c, ldc, n);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace power::onnx

@@ -1,0 +1,71 @@
+// onnx::sgemm under every ISA this CPU has (POWER_FORCE_ISA's choices): odd shapes (rows not a
+// multiple of the 6-row tile, columns not a multiple of 16, K across the 256 panel), both
+// transpose flags, accumulate and overwrite, strided leading dimensions — against a float64
+// reference. Tolerance: each output is a K-term float sum; |error| <= K * 2^-23 * sum|a*b| bounds
+// any summation order (the tiles reorder it), times 2 for the f32 products.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "onnx/ops.h"
+
+namespace power::onnx {
+namespace {
+
+void check_shape(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+  std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
+  for (auto& v : A) v = u(rng);
+  for (auto& v : B) v = u(rng);
+  for (auto& v : C) v = u(rng);
+  const std::vector<float> C0 = C;
+  sgemm(nullptr, M, N, K, A.data(), lda, ta, B.data(), ldb, tb, C.data(), ldc, acc);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = acc ? C0[i * ldc + j] : 0.0, mag = std::fabs(ref);
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = ta ? A[k * lda + i] : A[i * lda + k];
+        const double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        ref += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double tol = 2.0 * static_cast<double>(K + 1) * std::ldexp(1.0, -23) * mag + 1e-30;
+      ASSERT_NEAR(C[i * ldc + j], ref, tol)
+          << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " acc=" << acc
+          << " at (" << i << "," << j << ")";
+    }
+    for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], C0[i * ldc + j]) << "pad written";
+  }
+}
+
+TEST(OnnxSgemm, MatchesFloat64ReferenceUnderEveryIsa) {
+  const CpuIsa saved = cpu_isa();
+  int paths = 0;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!set_cpu_isa_for_testing(isa)) continue;
+    ++paths;
+    std::mt19937 rng(1234);
+    for (int64_t M : {1, 5, 6, 7, 13}) {
+      for (int64_t N : {1, 8, 15, 16, 17, 40}) {
+        for (int64_t K : {1, 3, 256, 300}) {
+          for (int flags = 0; flags < 8; ++flags) {
+            check_shape(M, N, K, flags & 1, flags & 2, flags & 4, rng);
+            if (HasFatalFailure()) {
+              set_cpu_isa_for_testing(saved);
+              FAIL() << "isa " << cpu_isa_name(isa);
+            }
+          }
+        }
+      }
+    }
+  }
+  set_cpu_isa_for_testing(saved);
+  EXPECT_GE(paths, 1);
+}
+
+}  // namespace
+}  // namespace power::onnx
