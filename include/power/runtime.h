@@ -70,7 +70,7 @@ struct ModelInfo {
   std::string sha256;  // of the artifact file: the model's identity
   std::string arch;
   int64_t n_vocab = 0, n_layer = 0, n_embd = 0, n_ctx = 0;
-  uint64_t weights_bytes = 0;   // mapped file
+  uint64_t weights_bytes = 0;   // mapped file + packed weight copies (charged to the budget)
   uint64_t kv_cache_bytes = 0;  // KV block pool
   uint64_t kv_block_bytes = 0;
   int64_t kv_blocks = 0;

@@ -613,8 +613,8 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
           .with("target_n_vocab", hp.n_vocab)
           .with("draft_n_vocab", dm->hparams().n_vocab);
     }
+    draft_weights = draft_file->file_size() + dm->repacked().bytes();
     draft_model = std::move(dm);
-    draft_weights = draft_file->file_size();
   }
   // MTP layers are validated whenever the file declares them (a broken file fails here).
   std::shared_ptr<const MtpHead> mtp;
@@ -642,7 +642,8 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_layer = hp.n_layer;
     info.n_embd = hp.n_embd;
     info.n_ctx = n_ctx;
-    info.weights_bytes = file->file_size();
+    // The mapping plus the kernels' packed copies (Q4_0/Q8_0 repacking): both are resident.
+    info.weights_bytes = file->file_size() + model->repacked().bytes();
     info.replicas = o.replicas;
     slot->receipt_model =
         r == 0 ? std::make_shared<ModelSlot::ReceiptModel>() : h.slots_.front()->receipt_model;

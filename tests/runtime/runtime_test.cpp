@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "base/sha256.h"
+#include "format/gguf.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "power/runtime.h"
 #include "test_util.h"
 
@@ -18,6 +20,43 @@ namespace {
 
 std::string stories_f32() {
   return testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf";
+}
+
+// The budget charges packed weight copies: with POWER_REPACK=0 a Q8_0 model's weights are
+// exactly its mapped file; with repacking on (on an ISA that has packed kernels), more than the
+// file and at most the file plus every 2-D Q8_0 matrix's bytes (each packed copy has the
+// matrix's size or less: the same blocks in another order, tail rows left unpacked).
+TEST(Runtime, WeightsBytesChargeThePackedCopies) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/llama/llama-Q8_0.gguf";
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  const uint64_t file_bytes = (*file)->file_size();
+  uint64_t q8_matrix_bytes = 0;
+  for (const GgufTensor& t : (*file)->tensors()) {
+    if (t.ne.size() == 2 && t.type == GgmlType::Q8_0) q8_matrix_bytes += t.n_bytes;
+  }
+  ASSERT_GT(q8_matrix_bytes, 0u);
+  auto rt = Runtime::create({});
+  ASSERT_TRUE(rt.ok());
+  const char* saved = std::getenv("POWER_REPACK");
+  const std::string saved_value = saved ? saved : "";
+  setenv("POWER_REPACK", "0", 1);
+  auto plain = (*rt)->load(path, LoadOptions{});
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->info().weights_bytes, file_bytes);
+  if (saved) {
+    setenv("POWER_REPACK", saved_value.c_str(), 1);
+  } else {
+    unsetenv("POWER_REPACK");
+  }
+  if (!matmul_repack_enabled() || !matmul_repack_supported(GgmlType::Q8_0)) {
+    GTEST_SKIP() << "no packed Q8_0 kernel on this ISA / POWER_REPACK off";
+  }
+  auto packed = (*rt)->load(path, LoadOptions{});
+  ASSERT_TRUE(packed.ok()) << packed.status().to_string();
+  EXPECT_GT(packed->info().weights_bytes, file_bytes);
+  EXPECT_LE(packed->info().weights_bytes, file_bytes + q8_matrix_bytes);
 }
 
 LoadOptions small_opts(int max_running) {
