@@ -76,17 +76,21 @@ inline size_t send_all(int fd, const std::string& raw) {
   return sent;
 }
 
-// One request (POST with a JSON body, or GET when `method` says so) to `path` on
-// 127.0.0.1:port on its own connection.
+// One request (POST with a body, JSON unless `content_type` says otherwise, or GET when
+// `method` says so) to `path` on 127.0.0.1:port on its own connection; `headers` are extra
+// header lines ("Name: value\r\n").
 inline RawReply request_raw(int port, const std::string& method, const std::string& path,
-                            const std::string& body) {
+                            const std::string& body,
+                            const std::string& content_type = "application/json",
+                            const std::string& headers = "", int timeout_s = 60) {
   RawReply r;
-  int fd = connect_loopback(port, 60);
+  int fd = connect_loopback(port, timeout_s);
   if (fd < 0) return r;
   const std::string raw = method + " " + path +
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+                          "Content-Type: " +
+                          content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n" + headers + "\r\n" + body;
   send_all(fd, raw);
   std::string in;
   char buf[65536];

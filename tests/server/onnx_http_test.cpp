@@ -76,29 +76,7 @@ json read_json(const std::string& path) {
 // A POST with a binary body and extra header lines ("Name: value\r\n").
 RawReply post_bytes(int port, const std::string& path, const std::string& body,
                     const std::string& content_type, const std::string& headers = "") {
-  RawReply r;
-  int fd = http_test::connect_loopback(port, 120);
-  if (fd < 0) return r;
-  const std::string raw =
-      "POST " + path +
-      " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: " + content_type +
-      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + headers + "\r\n" + body;
-  http_test::send_all(fd, raw);
-  std::string in;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
-  r.status = std::atoi(in.c_str() + 9);
-  r.head = in.substr(0, he);
-  for (auto& c : r.head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  r.body = in.substr(he + 4);
-  return r;
+  return http_test::request_raw(port, "POST", path, body, content_type, headers, 120);
 }
 
 std::string multipart(const std::string& boundary,
