@@ -15,9 +15,11 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "server/server.h"
+#include "test_util.h"
 
 namespace power::server::http_test {
 
@@ -166,6 +168,20 @@ class InProcessServer {
  private:
   std::unique_ptr<Server> server_;
   std::thread thread_;
+  int port_ = 0;
+};
+
+// A fixture serving stories260K (../shared, n_ctx 512) for each test; without ../shared the
+// server is not started and the test's POWER_REQUIRE_SHARED() skips (or fails under CI).
+class StoriesServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    Status st = server_.start(stories_options(testing::shared_dir(), 512));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    port_ = server_.port();
+  }
+  InProcessServer server_;
   int port_ = 0;
 };
 

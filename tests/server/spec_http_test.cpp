@@ -19,14 +19,8 @@ using json = nlohmann::json;
 using http_test::post_chat;
 using Reply = http_test::JsonReply;
 
-class SpecHttp : public ::testing::Test {
+class SpecHttp : public http_test::StoriesServerTest {
  protected:
-  void SetUp() override {
-    if (!testing::shared_available()) return;
-    Status st = server_.start(http_test::stories_options(testing::shared_dir(), 512));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    port_ = server_.port();
-  }
   json chat(json extra) {
     json body = {{"model", "stories260K-F32"},
                  {"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
@@ -35,8 +29,6 @@ class SpecHttp : public ::testing::Test {
     for (auto& [k, v] : extra.items()) body[k] = v;
     return body;
   }
-  http_test::InProcessServer server_;
-  int port_ = 0;
 };
 
 TEST_F(SpecHttp, GreedyWithSpeculationEqualsPlain) {

@@ -51,14 +51,8 @@ std::vector<json> sse_events(const std::string& body, bool* done_last) {
   return out;
 }
 
-class StreamHttp : public ::testing::Test {
+class StreamHttp : public http_test::StoriesServerTest {
  protected:
-  void SetUp() override {
-    if (!testing::shared_available()) return;
-    Status st = server_.start(http_test::stories_options(testing::shared_dir(), 512));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    port_ = server_.port();
-  }
   // The same request answered whole and streamed.
   std::pair<json, std::vector<json>> both(const std::string& path, json body) {
     http_test::JsonReply whole = http_test::post_json(port_, path, body.dump());
@@ -72,8 +66,6 @@ class StreamHttp : public ::testing::Test {
     for (const json& e : events) EXPECT_FALSE(e.is_discarded()) << raw.body;
     return {whole.body, events};
   }
-  http_test::InProcessServer server_;
-  int port_ = 0;
 };
 
 json story_chat(json extra) {
