@@ -144,4 +144,15 @@ void AdaptiveK::update(int drafted, int accepted) {
   k_ = std::clamp(static_cast<int>(std::ceil(run)), 1, k_max_);
 }
 
+void reset_penalty_history(Sampler& sampler, std::span<const int32_t> tokens) {
+  Sampler::State st = sampler.snapshot();
+  st.history.clear();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t last_n = sampler.params().penalty_last_n;
+  for (int64_t i = std::max<int64_t>(0, n - last_n); i < n && last_n > 0; ++i) {
+    st.history.push_back(tokens[static_cast<size_t>(i)]);
+  }
+  sampler.restore(st);
+}
+
 }  // namespace power::spec

@@ -95,4 +95,36 @@ class AdaptiveK {
   int paused_steps_ = 0;
 };
 
+// Shared by the model drafters (draft model, MTP head).
+//
+// Sets `sampler`'s penalty history to the last penalty_last_n tokens of the committed
+// sequence `tokens`; its RNG state runs on.
+void reset_penalty_history(Sampler& sampler, std::span<const int32_t> tokens);
+
+// Draws max_k draft tokens into `out`: greedy argmax at temperature 0, else a draw from the
+// sampler's distribution, each distribution kept in `q` (row j for draft j) for the acceptance
+// rule. `logits` holds the drafter's next-token logits; `advance(token)` runs the drafter on
+// the drawn token and refreshes them before every draw but the first.
+template <class Advance>
+Status draw_drafts(Sampler& sampler, const std::vector<float>& logits, std::vector<float>& q,
+                   int max_k, std::vector<int32_t>& out, Advance&& advance) {
+  const bool greedy = sampler.params().temperature == 0.0f;
+  const size_t nv = logits.size();
+  for (int j = 0; j < max_k; ++j) {
+    int32_t d;
+    if (greedy) {
+      d = sampler.sample(logits.data());
+    } else {
+      q.resize((static_cast<size_t>(j) + 1) * nv);
+      float* qj = q.data() + static_cast<size_t>(j) * nv;
+      sampler.distribution(logits.data(), qj);
+      d = sampler.draw(qj);
+    }
+    sampler.accept(d);
+    out.push_back(d);
+    if (j + 1 < max_k) POWER_RETURN_IF_ERROR(advance(d));
+  }
+  return Status();
+}
+
 }  // namespace power::spec

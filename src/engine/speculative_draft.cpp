@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/speculative.h"
+
 namespace power::spec {
 
 Status check_same_vocabulary(const text::Tokenizer& target, const text::Tokenizer& draft) {
@@ -66,29 +68,10 @@ Result<int> DraftModelDrafter::draft(std::span<const int32_t> tokens, int max_k,
   if (!seq_.reserve(static_cast<int>(n + max_k - 1)).ok()) return 0;
   POWER_RETURN_IF_ERROR(feed(tokens.subspan(common)));
   // The penalty history of the committed sequence; the draft sampler's RNG runs on.
-  Sampler::State st = sampler_.snapshot();
-  st.history.clear();
-  const int64_t last_n = sampler_.params().penalty_last_n;
-  for (int64_t i = std::max<int64_t>(0, n - last_n); i < n && last_n > 0; ++i) {
-    st.history.push_back(tokens[static_cast<size_t>(i)]);
-  }
-  sampler_.restore(st);
-  const bool greedy = sampler_.params().temperature == 0.0f;
-  const size_t nv = logits_.size();
-  for (int j = 0; j < max_k; ++j) {
-    int32_t d;
-    if (greedy) {
-      d = sampler_.sample(logits_.data());
-    } else {
-      q_.resize((static_cast<size_t>(j) + 1) * nv);
-      float* q = q_.data() + static_cast<size_t>(j) * nv;
-      sampler_.distribution(logits_.data(), q);
-      d = sampler_.draw(q);
-    }
-    sampler_.accept(d);
-    out.push_back(d);
-    if (j + 1 < max_k) POWER_RETURN_IF_ERROR(feed(std::span<const int32_t>(&d, 1)));
-  }
+  reset_penalty_history(sampler_, tokens);
+  POWER_RETURN_IF_ERROR(draw_drafts(sampler_, logits_, q_, max_k, out, [&](const int32_t& d) {
+    return feed(std::span<const int32_t>(&d, 1));
+  }));
   return max_k;
 }
 

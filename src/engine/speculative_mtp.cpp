@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/speculative.h"
+
 namespace power::spec {
 
 MtpDrafter::MtpDrafter(const MtpHead& head, Workspace& ws, KvCache* kv, const SamplerParams& params)
@@ -60,34 +62,13 @@ Result<int> MtpDrafter::draft(std::span<const int32_t> tokens, int max_k,
   fed_ = target;
   hidden_.clear();  // what remains is at positions >= n - 1: not committed pairs
   // The draft sampler sees the committed sequence's penalty history; its RNG runs on.
-  Sampler::State st = sampler_.snapshot();
-  st.history.clear();
-  const int64_t last_n = sampler_.params().penalty_last_n;
-  for (int64_t i = std::max<int64_t>(0, n - last_n); i < n && last_n > 0; ++i) {
-    st.history.push_back(tokens[static_cast<size_t>(i)]);
-  }
-  sampler_.restore(st);
-  const bool greedy = sampler_.params().temperature == 0.0f;
-  const size_t nv = logits_.size();
+  reset_penalty_history(sampler_, tokens);
   std::vector<float> h(static_cast<size_t>(d_));
-  for (int j = 0; j < max_k; ++j) {
-    int32_t d;
-    if (greedy) {
-      d = sampler_.sample(logits_.data());
-    } else {
-      q_.resize((static_cast<size_t>(j) + 1) * nv);
-      float* q = q_.data() + static_cast<size_t>(j) * nv;
-      sampler_.distribution(logits_.data(), q);
-      d = sampler_.draw(q);
-    }
-    sampler_.accept(d);
-    out.push_back(d);
-    if (j + 1 < max_k) {
-      // The MTP output stands in for the main hidden state at the drafted position.
-      std::copy(out_hidden_.begin(), out_hidden_.end(), h.begin());
-      POWER_RETURN_IF_ERROR(run(h.data(), std::span<const int32_t>(&out.back(), 1)));
-    }
-  }
+  POWER_RETURN_IF_ERROR(draw_drafts(sampler_, logits_, q_, max_k, out, [&](const int32_t& d) {
+    // The MTP output stands in for the main hidden state at the drafted position.
+    std::copy(out_hidden_.begin(), out_hidden_.end(), h.begin());
+    return run(h.data(), std::span<const int32_t>(&d, 1));
+  }));
   return max_k;
 }
 
