@@ -5,13 +5,14 @@
 // serialized; fn must not call back into the same pool. Exceptions must not escape fn.
 //
 // Wake-ups: a decoder step makes ~8 parallel_for calls per layer, microseconds apart. Idle
-// workers (and the caller waiting for the last chunk) may spin on an atomic for up to spin_us
-// microseconds before they sleep on a condition variable, which saves a futex wake-up per call
-// when every thread has a core of its own (llama.cpp's workers spin). When cores are shared
-// (more runnable threads than cores), spinning steals the time the other threads need: on the
-// 2-core shared VM it made runtime_test's model tests 4-12x slower (docs/API.md, "Measured"),
-// so the default is 0 (sleep at once); POWER_SPIN_US=N in the environment sets it (read once
-// per pool).
+// workers (and the caller waiting for the last chunk) spin on an atomic for up to spin_us
+// microseconds (default 200) before they sleep on a condition variable, which saves a futex
+// wake-up per call when every thread has a core of its own (llama.cpp's workers spin too):
+// 134M Q4_0 decode on 2 threads, 2 cores: 61-76 tok/s sleeping at once, 183-204 spinning.
+// Spinning is skipped while it would steal cores: when more pool threads of this process are
+// awake than there are cores (replicas, several pools) or when /proc/loadavg counts more
+// runnable threads than cores (other processes); then threads sleep at once, as before.
+// POWER_SPIN_US=N in the environment sets spin_us (read once per pool; 0 never spins).
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,7 @@ namespace power {
 class ThreadPool {
  public:
   // n_threads counts the caller: 1 means no worker threads. 0 picks the logical core count.
-  // spin_us < 0: POWER_SPIN_US if set, else 0.
+  // spin_us < 0: POWER_SPIN_US if set, else 200.
   explicit ThreadPool(int n_threads = 0, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

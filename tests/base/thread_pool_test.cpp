@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -45,6 +47,51 @@ TEST(ThreadPool, ManyRoundsSum) {
     }
     EXPECT_EQ(total, 500L * 4950L) << "spin_us " << spin_us;
   }
+}
+
+// Spin time: 200 us unless POWER_SPIN_US says otherwise (a malformed value keeps the default);
+// an explicit constructor argument wins over both.
+TEST(ThreadPool, SpinTimeFromEnvironment) {
+  const char* old = std::getenv("POWER_SPIN_US");
+  const std::string saved = old != nullptr ? old : "";
+  ::unsetenv("POWER_SPIN_US");
+  EXPECT_EQ(ThreadPool(2).spin_us(), 200);
+  ::setenv("POWER_SPIN_US", "0", 1);
+  EXPECT_EQ(ThreadPool(2).spin_us(), 0);
+  ::setenv("POWER_SPIN_US", "35", 1);
+  EXPECT_EQ(ThreadPool(2).spin_us(), 35);
+  EXPECT_EQ(ThreadPool(2, 7).spin_us(), 7);
+  ::setenv("POWER_SPIN_US", "fast", 1);
+  EXPECT_EQ(ThreadPool(2).spin_us(), 200);
+  if (old != nullptr) {
+    ::setenv("POWER_SPIN_US", saved.c_str(), 1);
+  } else {
+    ::unsetenv("POWER_SPIN_US");
+  }
+}
+
+// Three spinning pools driven at once from three threads (more pool threads awake than cores on
+// any small machine, so spinning gives way to sleeping mid-run): every round still completes
+// with every index counted once.
+TEST(ThreadPool, SeveralSpinningPoolsAtOnce) {
+  std::vector<long> totals(3, 0);
+  std::vector<std::thread> drivers;
+  for (int d = 0; d < 3; ++d) {
+    drivers.emplace_back([d, &totals] {
+      ThreadPool pool(3, 300);
+      std::vector<long> part(3);
+      for (int round = 0; round < 2000; ++round) {
+        pool.parallel_for(64, [&](size_t b, size_t e, int t) {
+          long s = 0;
+          for (size_t i = b; i < e; ++i) s += static_cast<long>(i) + 1;
+          part[static_cast<size_t>(t)] = s;
+        });
+        for (long& p : part) totals[static_cast<size_t>(d)] += std::exchange(p, 0);
+      }
+    });
+  }
+  for (auto& t : drivers) t.join();
+  for (long total : totals) EXPECT_EQ(total, 2000L * (64L * 65L / 2));
 }
 
 }  // namespace
