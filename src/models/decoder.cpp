@@ -78,9 +78,8 @@ void head_norm(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim,
 
 void rope(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim, const RopeParams& p) {
   for (int64_t t = 0; t < ws.n_tokens; ++t) {
-    for (int64_t h = 0; h < n_heads; ++h) {
-      rope_apply(x + (t * n_heads + h) * head_dim, ws.pos[static_cast<size_t>(t)], p);
-    }
+    rope_apply_heads(x + t * n_heads * head_dim, n_heads, head_dim, ws.pos[static_cast<size_t>(t)],
+                     p);
   }
 }
 
@@ -111,61 +110,63 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
     const KvSequence& seq =
         *ws.chunks[static_cast<size_t>(ws.chunk_of[static_cast<size_t>(t0)])].seq;
     const KvCache& cache = seq.cache();
-    const int64_t nq = (t1 - t0) * group;  // query qi = (t - t0) * group + (h - kvh * group)
+    const int64_t nt = t1 - t0;
+    const int64_t nq = nt * group;  // query qi = (t - t0) * group + (h - kvh * group)
+    // Per token of the run: its position and the first position it attends to.
+    int64_t tp[kTokenBlock], tlo[kTokenBlock];
     int64_t lo_min = INT64_MAX, p_max = 0;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t p = ws.pos[static_cast<size_t>(t)];
-      int64_t lo = 0;
-      if (hp.sliding_window > 0 && p - hp.sliding_window + 1 > 0) lo = p - hp.sliding_window + 1;
-      lo_min = std::min(lo_min, lo);
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t p = ws.pos[static_cast<size_t>(t0 + i)];
+      tp[i] = p;
+      tlo[i] = (hp.sliding_window > 0 && p - hp.sliding_window + 1 > 0) ? p - hp.sliding_window + 1
+                                                                        : int64_t{0};
+      lo_min = std::min(lo_min, tlo[i]);
       p_max = std::max(p_max, p);
     }
     const int64_t span = p_max - lo_min + 1;
     // Scratch: scores [nq x span], queries [nq x hd_k].
     float* scores = ws.cpu.tile_scratch(thread, static_cast<uint64_t>(nq * (span + hd_k)));
     float* qs = scores + nq * span;
-    auto q_lo = [&](int64_t qi) {
-      const int64_t p = ws.pos[static_cast<size_t>(t0 + qi / group)];
-      return (hp.sliding_window > 0 && p - hp.sliding_window + 1 > 0) ? p - hp.sliding_window + 1
-                                                                      : int64_t{0};
-    };
-    for (int64_t qi = 0; qi < nq; ++qi) {
-      const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
-      std::memcpy(qs + qi * hd_k, q + (t * n_head + h) * hd_k,
-                  static_cast<size_t>(hd_k) * sizeof(float));
-      // The peer multiplies an F16 cache by the query rounded to F16; do the same so that
-      // both caches give the peer's numbers.
-      if (f16_cache) round_to_f16(qs + qi * hd_k, hd_k);
+    for (int64_t i = 0; i < nt; ++i) {
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
+        std::memcpy(qs + qi * hd_k, q + (t * n_head + h) * hd_k,
+                    static_cast<size_t>(hd_k) * sizeof(float));
+        // The peer multiplies an F16 cache by the query rounded to F16; do the same so that
+        // both caches give the peer's numbers.
+        if (f16_cache) round_to_f16(qs + qi * hd_k, hd_k);
+      }
     }
     for (int64_t j = lo_min; j <= p_max; ++j) {
       cache.read_k(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
                    static_cast<int>(kvh), row);
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        const int64_t p = ws.pos[static_cast<size_t>(t0 + qi / group)];
-        if (j > p || j < q_lo(qi)) continue;
-        scores[qi * span + (j - lo_min)] = dot_f32(qs + qi * hd_k, row, hd_k) * scale;
+      for (int64_t i = 0; i < nt; ++i) {
+        if (j > tp[i] || j < tlo[i]) continue;
+        for (int64_t qi = i * group; qi < (i + 1) * group; ++qi) {
+          scores[qi * span + (j - lo_min)] = dot_f32(qs + qi * hd_k, row, hd_k) * scale;
+        }
       }
     }
-    for (int64_t qi = 0; qi < nq; ++qi) {
-      const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
-      const int64_t lo = q_lo(qi), p = ws.pos[static_cast<size_t>(t)];
-      float* sc = scores + qi * span + (lo - lo_min);
-      softmax(sc, p - lo + 1);
-      if (f16_cache) round_to_f16(sc, p - lo + 1);
-      std::memset(out + (t * n_head + h) * hd_v, 0, static_cast<size_t>(hd_v) * sizeof(float));
+    for (int64_t i = 0; i < nt; ++i) {
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
+        float* sc = scores + qi * span + (tlo[i] - lo_min);
+        softmax(sc, tp[i] - tlo[i] + 1);
+        if (f16_cache) round_to_f16(sc, tp[i] - tlo[i] + 1);
+        std::memset(out + (t * n_head + h) * hd_v, 0, static_cast<size_t>(hd_v) * sizeof(float));
+      }
     }
     for (int64_t j = lo_min; j <= p_max; ++j) {
       cache.read_v(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
                    static_cast<int>(kvh), row);
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        const int64_t t = t0 + qi / group, h = kvh * group + qi % group;
-        if (j > ws.pos[static_cast<size_t>(t)] || j < q_lo(qi)) continue;
-        const float w = scores[qi * span + (j - lo_min)];
-        // restrict: the output row and the scratch row never overlap, so this vectorizes
-        // (per element still one multiply, one add).
-        float* __restrict o = out + (t * n_head + h) * hd_v;
-        const float* __restrict r = row;
-        for (int64_t d = 0; d < hd_v; ++d) o[d] += w * r[d];
+      for (int64_t i = 0; i < nt; ++i) {
+        if (j > tp[i] || j < tlo[i]) continue;
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
+          // Per element one multiply, then one add, in ascending j: the order of the
+          // reference loop.
+          axpy_f32(out + (t * n_head + h) * hd_v, scores[qi * span + (j - lo_min)], row, hd_v);
+        }
       }
     }
   };

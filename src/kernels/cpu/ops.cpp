@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <vector>
 
 #include "tensor/half.h"
 
@@ -17,20 +18,51 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   }
 }
 
-void rope_apply(float* head, int64_t pos, const RopeParams& p) {
+namespace {
+
+// cos and sin of theta_i for one position, i < n_rot / 2.
+void rope_angles(int64_t pos, const RopeParams& p, float* cs, float* sn) {
   const int half = p.n_rot / 2;
   for (int i = 0; i < half; ++i) {
     double theta = static_cast<double>(pos) * p.freq_scale *
                    std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
     if (p.freq_factors != nullptr) theta /= p.freq_factors[i];
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
+    cs[i] = static_cast<float>(std::cos(theta));
+    sn[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void rope_rotate(float* head, const RopeParams& p, const float* cs, const float* sn) {
+  const int half = p.n_rot / 2;
+  for (int i = 0; i < half; ++i) {
     const int a = p.kind == RopeKind::kNorm ? 2 * i : i;
     const int b = p.kind == RopeKind::kNorm ? 2 * i + 1 : i + half;
     const float x0 = head[a], x1 = head[b];
-    head[a] = x0 * c - x1 * s;
-    head[b] = x0 * s + x1 * c;
+    head[a] = x0 * cs[i] - x1 * sn[i];
+    head[b] = x0 * sn[i] + x1 * cs[i];
   }
+}
+
+}  // namespace
+
+void rope_apply(float* head, int64_t pos, const RopeParams& p) {
+  rope_apply_heads(head, 1, 0, pos, p);
+}
+
+void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t pos,
+                      const RopeParams& p) {
+  constexpr int kStack = 256;  // n_rot / 2 up to 256 (head_dim 512) without an allocation
+  const int half = p.n_rot / 2;
+  float stack[2 * kStack];
+  std::vector<float> heap;
+  float* cs = stack;
+  if (half > kStack) {
+    heap.resize(2 * static_cast<size_t>(half));
+    cs = heap.data();
+  }
+  float* sn = cs + (half > kStack ? half : kStack);
+  rope_angles(pos, p, cs, sn);
+  for (int64_t h = 0; h < n_heads; ++h) rope_rotate(x + h * head_stride, p, cs, sn);
 }
 
 void softmax(float* x, int64_t n) {
@@ -50,6 +82,10 @@ void swiglu(float* gate, const float* up, int64_t n) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+void axpy_f32(float* __restrict y, float a, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

@@ -22,6 +22,10 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // n_rot/2 values (llama3 / longrope), or null
 };
 void rope_apply(float* head, int64_t pos, const RopeParams& p);
+// rope_apply on n_heads heads of one position, head h at x + h * head_stride: the angles are
+// computed once for all heads (the same values rope_apply computes for each).
+void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t pos,
+                      const RopeParams& p);
 
 // In-place softmax over n values; returns nothing. Max-subtracted, sum in double.
 void softmax(float* x, int64_t n);
@@ -30,6 +34,8 @@ void softmax(float* x, int64_t n);
 void swiglu(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
+// y[i] += a * x[i] (a multiply, then an add: no fused rounding); y and x must not overlap.
+void axpy_f32(float* y, float a, const float* x, int64_t n);
 // Dot product of two f32 rows with 8 partial sums.
 float dot_f32(const float* a, const float* b, int64_t n);
 // Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
