@@ -50,11 +50,29 @@ std::vector<float> to_f32(const TensorView& view) {
   return out;
 }
 
+namespace {
+
+// Runs fn(t) for every token of the batch, over the compute threads when there are several
+// tokens (the row operations between the matmuls would otherwise run on one thread while the
+// others wait for the next matmul).
+template <typename Fn>
+void for_each_token(Workspace& ws, Fn fn) {
+  if (ws.n_tokens <= 1) {
+    if (ws.n_tokens == 1) fn(int64_t{0});
+    return;
+  }
+  ws.cpu.pool().parallel_for(static_cast<size_t>(ws.n_tokens), [&](size_t b, size_t e, int) {
+    for (size_t t = b; t < e; ++t) fn(static_cast<int64_t>(t));
+  });
+}
+
+}  // namespace
+
 void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, float* out, int64_t n,
                float eps) {
-  for (int64_t t = 0; t < ws.n_tokens; ++t) {
+  for_each_token(ws, [&](int64_t t) {
     rms_norm(in + t * n, w.empty() ? nullptr : w.data(), out + t * n, n, eps);
-  }
+  });
 }
 
 void linear(Workspace& ws, const TensorView& w, const std::vector<float>& bias, const float* in,
@@ -89,12 +107,13 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
   const int64_t hd_k = hp.head_dim_k, hd_v = hp.head_dim_v;
   const int64_t group = n_head / n_kv;
   // 1. Store this batch's keys and values.
-  for (int64_t t = 0; t < ws.n_tokens; ++t) {
+  // Every token writes its own slot, so tokens may be written in parallel.
+  for_each_token(ws, [&](int64_t t) {
     KvSequence& seq = *ws.chunks[static_cast<size_t>(ws.chunk_of[static_cast<size_t>(t)])].seq;
     const int p = ws.pos[static_cast<size_t>(t)];
     seq.cache().write_k(layer, seq.block_of(p), seq.slot_of(p), k + t * n_kv * hd_k);
     seq.cache().write_v(layer, seq.block_of(p), seq.slot_of(p), v + t * n_kv * hd_v);
-  }
+  });
   // 2. Each (token, head) attends over its sequence's positions [lo, pos]. Work items are
   // (block of up to kTokenBlock consecutive tokens of one sequence, KV head): each cached K/V
   // row is read (and converted to f32) once per item and used by all the block's queries of
@@ -194,7 +213,22 @@ void add_rows(Workspace& ws, float* x, const float* y, int64_t n) {
 }
 
 void swiglu_rows(Workspace& ws, float* gate, const float* up, int64_t n_ff, int64_t ld) {
-  for (int64_t t = 0; t < ws.n_tokens; ++t) swiglu(gate + t * ld, up + t * ld, n_ff);
+  // Pieces of at most 1024 elements of one row, so one decode token is split over the
+  // threads too (exp per element: ~10 us per piece).
+  constexpr int64_t kPiece = 1024;
+  const int64_t per_row = (n_ff + kPiece - 1) / kPiece;
+  const int64_t pieces = ws.n_tokens * per_row;
+  auto run = [&](int64_t i) {
+    const int64_t t = i / per_row, b = (i % per_row) * kPiece;
+    swiglu(gate + t * ld + b, up + t * ld + b, std::min(kPiece, n_ff - b));
+  };
+  if (pieces <= 1) {
+    if (pieces == 1) run(0);
+    return;
+  }
+  ws.cpu.pool().parallel_for(static_cast<size_t>(pieces), [&](size_t b, size_t e, int) {
+    for (size_t i = b; i < e; ++i) run(static_cast<int64_t>(i));
+  });
 }
 
 }  // namespace decoder

@@ -3,9 +3,60 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "tensor/half.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace power {
+
+// AVX2 / F16C versions of the attention row operations, chosen at run time (this file is
+// compiled for the baseline ISA). Each gives the portable loop's bits: the same multiply then
+// add per lane (no fused multiply-add), the same final summation order, the same f16 rounding
+// (round to nearest even; only a NaN's payload may differ, it stays a NaN).
+#if defined(__x86_64__)
+namespace {
+
+bool use_avx2_rows() {
+  return cpu_isa() != CpuIsa::kScalar;  // kAvx2 or kAvx512: the CPU has AVX2 and F16C
+}
+
+__attribute__((target("avx2"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  float s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((target("avx2"))) void axpy_f32_avx2(float* y, float a, const float* x, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(
+        y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+__attribute__((target("avx,f16c"))) void round_to_f16_f16c(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+}  // namespace
+#endif
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double sum = 0.0;
@@ -85,6 +136,12 @@ void swiglu(float* gate, const float* up, int64_t n) {
 }
 
 void axpy_f32(float* __restrict y, float a, const float* __restrict x, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    axpy_f32_avx2(y, a, x, n);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -93,6 +150,9 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) return dot_f32_avx2(a, b, n);
+#endif
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -104,6 +164,12 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 void round_to_f16(float* x, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    round_to_f16_f16c(x, n);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 

@@ -1,0 +1,150 @@
+// The AVX2/F16C row operations attention uses (kernels/cpu/ops.cpp: dot_f32, axpy_f32,
+// round_to_f16) against the portable loops, and rope_apply_heads against rope_apply per head:
+// bit-identical results for odd lengths (tails), misaligned pointers, ties to even, denormals,
+// huge values, infinities. Each SIMD path is forced with set_cpu_isa_for_testing; the portable
+// path is the scalar ISA's.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
+
+namespace power {
+namespace {
+
+class IsaScope {
+ public:
+  explicit IsaScope(CpuIsa isa) : saved_(cpu_isa()) { ok_ = set_cpu_isa_for_testing(isa); }
+  ~IsaScope() { set_cpu_isa_for_testing(saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  CpuIsa saved_;
+  bool ok_ = false;
+};
+
+std::vector<CpuIsa> simd_isas_here() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_available(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> random_row(std::mt19937& rng, int64_t n, float scale) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+uint32_t bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+
+TEST(OpsSimd, DotAndAxpyGiveThePortableBits) {
+  const auto isas = simd_isas_here();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 7, 8, 9, 31, 64, 65, 127, 128, 200}) {
+    for (float scale : {1e-3f, 1.0f, 1e4f}) {
+      // One element of slack so the rows can start misaligned.
+      std::vector<float> a = random_row(rng, n + 1, scale), b = random_row(rng, n + 1, scale);
+      std::vector<float> y0 = random_row(rng, n + 1, scale);
+      const float w = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+      float ref_dot;
+      std::vector<float> ref_y = y0;
+      {
+        IsaScope s(CpuIsa::kScalar);
+        ASSERT_TRUE(s.ok());
+        ref_dot = dot_f32(a.data() + 1, b.data() + 1, n);
+        axpy_f32(ref_y.data() + 1, w, a.data() + 1, n);
+      }
+      for (CpuIsa isa : isas) {
+        IsaScope s(isa);
+        ASSERT_TRUE(s.ok());
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n=" + std::to_string(n));
+        EXPECT_EQ(bits(dot_f32(a.data() + 1, b.data() + 1, n)), bits(ref_dot));
+        std::vector<float> y = y0;
+        axpy_f32(y.data() + 1, w, a.data() + 1, n);
+        for (int64_t i = 0; i <= n; ++i) ASSERT_EQ(bits(y[i]), bits(ref_y[i])) << "i=" << i;
+      }
+    }
+  }
+}
+
+TEST(OpsSimd, RoundToF16GivesThePortableBits) {
+  const auto isas = simd_isas_here();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  std::vector<float> x;
+  std::mt19937 rng(11);
+  for (float scale : {1e-7f, 1e-5f, 1e-3f, 1.0f, 100.0f, 6e4f}) {
+    auto r = random_row(rng, 61, scale);
+    x.insert(x.end(), r.begin(), r.end());
+  }
+  // Exact ties between two f16 values (normal and subnormal), both parities; the overflow
+  // midpoint 65520 (rounds to infinity) and just below it; the smallest subnormal's half;
+  // zeros, infinities.
+  for (float t : {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1024.0f + 0.5f, 1024.0f + 1.5f,
+                  std::ldexp(1.0f, -24) * 1.5f, std::ldexp(1.0f, -24) * 2.5f, 65520.0f, 65519.0f,
+                  std::ldexp(1.0f, -25), std::ldexp(1.0f, -26), 0.0f, -0.0f,
+                  std::numeric_limits<float>::infinity(), 1e30f, -1e30f,
+                  std::numeric_limits<float>::denorm_min()}) {
+    x.push_back(t);
+    x.push_back(-t);
+  }
+  std::vector<float> ref = x;
+  {
+    IsaScope s(CpuIsa::kScalar);
+    ASSERT_TRUE(s.ok());
+    round_to_f16(ref.data(), static_cast<int64_t>(ref.size()));
+  }
+  for (CpuIsa isa : isas) {
+    IsaScope s(isa);
+    ASSERT_TRUE(s.ok());
+    std::vector<float> got = x;
+    round_to_f16(got.data(), static_cast<int64_t>(got.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(bits(got[i]), bits(ref[i])) << cpu_isa_name(isa) << " input " << x[i];
+    }
+  }
+  // A NaN stays a NaN (its payload may differ).
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  round_to_f16(&nan, 1);
+  EXPECT_TRUE(std::isnan(nan));
+}
+
+// One angle table for all heads gives each head what rope_apply gives it alone, for both
+// pair layouts and with frequency factors.
+TEST(OpsSimd, RopeHeadsEqualsRopePerHead) {
+  std::mt19937 rng(3);
+  std::vector<float> factors(32);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i);
+  for (RopeKind kind : {RopeKind::kNorm, RopeKind::kNeox}) {
+    for (bool with_factors : {false, true}) {
+      RopeParams p;
+      p.kind = kind;
+      p.n_rot = 64;
+      p.freq_base = 500000.0f;
+      p.freq_scale = 0.5f;
+      p.freq_factors = with_factors ? factors.data() : nullptr;
+      const int64_t heads = 5, stride = 80;  // head_dim 80, 64 of them rotated
+      for (int64_t pos : {0, 1, 17, 4095}) {
+        std::vector<float> x = random_row(rng, heads * stride, 1.0f), ref = x;
+        for (int64_t h = 0; h < heads; ++h) rope_apply(ref.data() + h * stride, pos, p);
+        rope_apply_heads(x.data(), heads, stride, pos, p);
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits(x[i]), bits(ref[i])) << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace power
