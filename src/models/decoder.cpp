@@ -143,9 +143,10 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
       p_max = std::max(p_max, p);
     }
     const int64_t span = p_max - lo_min + 1;
-    // Scratch: scores [nq x span], queries [nq x hd_k].
-    float* scores = ws.cpu.tile_scratch(thread, static_cast<uint64_t>(nq * (span + hd_k)));
+    // Scratch: scores [nq x span], queries [nq x hd_k], outputs [nq x hd_v].
+    float* scores = ws.cpu.tile_scratch(thread, static_cast<uint64_t>(nq * (span + hd_k + hd_v)));
     float* qs = scores + nq * span;
+    float* os = qs + nq * hd_k;
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
@@ -156,36 +157,53 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
         if (f16_cache) round_to_f16(qs + qi * hd_k, hd_k);
       }
     }
+    // fn(i0, i1) for each maximal range of the run's tokens that attend to position j (with
+    // consecutive positions that is one range; its queries are rows i0 * group .. i1 * group).
+    auto for_ranges = [&](int64_t j, auto fn) {
+      for (int64_t i = 0; i < nt;) {
+        if (j > tp[i] || j < tlo[i]) {
+          ++i;
+          continue;
+        }
+        int64_t e = i + 1;
+        while (e < nt && j <= tp[e] && j >= tlo[e]) ++e;
+        fn(i, e);
+        i = e;
+      }
+    };
     for (int64_t j = lo_min; j <= p_max; ++j) {
       cache.read_k(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
                    static_cast<int>(kvh), row);
-      for (int64_t i = 0; i < nt; ++i) {
-        if (j > tp[i] || j < tlo[i]) continue;
-        for (int64_t qi = i * group; qi < (i + 1) * group; ++qi) {
-          scores[qi * span + (j - lo_min)] = dot_f32(qs + qi * hd_k, row, hd_k) * scale;
-        }
+      for_ranges(j, [&](int64_t i0, int64_t i1) {
+        float* col = scores + i0 * group * span + (j - lo_min);
+        dot_f32_rows(qs + i0 * group * hd_k, (i1 - i0) * group, hd_k, row, hd_k, col, span);
+        for (int64_t r = 0; r < (i1 - i0) * group; ++r) col[r * span] *= scale;
+      });
+    }
+    for (int64_t i = 0; i < nt; ++i) {
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t qi = i * group + g;
+        float* sc = scores + qi * span + (tlo[i] - lo_min);
+        softmax(sc, tp[i] - tlo[i] + 1);
+        if (f16_cache) round_to_f16(sc, tp[i] - tlo[i] + 1);
       }
+    }
+    std::memset(os, 0, static_cast<size_t>(nq * hd_v) * sizeof(float));
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      cache.read_v(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
+                   static_cast<int>(kvh), row);
+      // Per element one multiply, then one add, in ascending j: the order of the reference
+      // loop.
+      for_ranges(j, [&](int64_t i0, int64_t i1) {
+        axpy_f32_rows(os + i0 * group * hd_v, (i1 - i0) * group, hd_v,
+                      scores + i0 * group * span + (j - lo_min), span, row, hd_v);
+      });
     }
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
-        float* sc = scores + qi * span + (tlo[i] - lo_min);
-        softmax(sc, tp[i] - tlo[i] + 1);
-        if (f16_cache) round_to_f16(sc, tp[i] - tlo[i] + 1);
-        std::memset(out + (t * n_head + h) * hd_v, 0, static_cast<size_t>(hd_v) * sizeof(float));
-      }
-    }
-    for (int64_t j = lo_min; j <= p_max; ++j) {
-      cache.read_v(layer, seq.block_of(static_cast<int>(j)), seq.slot_of(static_cast<int>(j)),
-                   static_cast<int>(kvh), row);
-      for (int64_t i = 0; i < nt; ++i) {
-        if (j > tp[i] || j < tlo[i]) continue;
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
-          // Per element one multiply, then one add, in ascending j: the order of the
-          // reference loop.
-          axpy_f32(out + (t * n_head + h) * hd_v, scores[qi * span + (j - lo_min)], row, hd_v);
-        }
+        std::memcpy(out + (t * n_head + h) * hd_v, os + qi * hd_v,
+                    static_cast<size_t>(hd_v) * sizeof(float));
       }
     }
   };

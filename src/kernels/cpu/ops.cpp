@@ -46,6 +46,56 @@ __attribute__((target("avx2"))) void axpy_f32_avx2(float* y, float a, const floa
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// dot_f32_avx2 for four rows of a against one b: four independent accumulation chains (one
+// row's is latency-bound), each lane's arithmetic and the final order as dot_f32_avx2's. The
+// horizontal sums of the four rows are done together: high half + low half gives
+// (l0+l4, l1+l5, l2+l6, l3+l7) per row, and two rounds of hadd then add neighbours in the
+// order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
+__attribute__((target("avx2"))) void dot4_f32_avx2(const float* a, int64_t lda, const float* b,
+                                                   int64_t n, float* out, int64_t ldo) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 vb = _mm256_loadu_ps(b + i);
+    c0 = _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a + i), vb));
+    c1 = _mm256_add_ps(c1, _mm256_mul_ps(_mm256_loadu_ps(a + lda + i), vb));
+    c2 = _mm256_add_ps(c2, _mm256_mul_ps(_mm256_loadu_ps(a + 2 * lda + i), vb));
+    c3 = _mm256_add_ps(c3, _mm256_mul_ps(_mm256_loadu_ps(a + 3 * lda + i), vb));
+  }
+#define POWER_FOLD(v) _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+  const __m128 s01 = _mm_hadd_ps(POWER_FOLD(c0), POWER_FOLD(c1));  // (r0: 04+15, 26+37, r1..)
+  const __m128 s23 = _mm_hadd_ps(POWER_FOLD(c2), POWER_FOLD(c3));
+#undef POWER_FOLD
+  alignas(16) float r[4];
+  _mm_store_ps(r, _mm_hadd_ps(s01, s23));
+  for (int k = 0; k < 4; ++k) {
+    float s = r[k];
+    for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * b[t];
+    out[k * ldo] = s;
+  }
+}
+
+// axpy_f32_avx2 on four rows of y with one x: x is loaded once per 8 elements.
+__attribute__((target("avx2"))) void axpy4_f32_avx2(float* y, int64_t ldy, const float* w,
+                                                    int64_t ldw, const float* x, int64_t n) {
+  const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[ldw]);
+  const __m256 w2 = _mm256_set1_ps(w[2 * ldw]), w3 = _mm256_set1_ps(w[3 * ldw]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 vx = _mm256_loadu_ps(x + i);
+    float* y0 = y + i;
+    _mm256_storeu_ps(y0, _mm256_add_ps(_mm256_loadu_ps(y0), _mm256_mul_ps(w0, vx)));
+    _mm256_storeu_ps(y0 + ldy, _mm256_add_ps(_mm256_loadu_ps(y0 + ldy), _mm256_mul_ps(w1, vx)));
+    _mm256_storeu_ps(y0 + 2 * ldy,
+                     _mm256_add_ps(_mm256_loadu_ps(y0 + 2 * ldy), _mm256_mul_ps(w2, vx)));
+    _mm256_storeu_ps(y0 + 3 * ldy,
+                     _mm256_add_ps(_mm256_loadu_ps(y0 + 3 * ldy), _mm256_mul_ps(w3, vx)));
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int64_t t = i; t < n; ++t) y[k * ldy + t] += w[k * ldw] * x[t];
+  }
+}
+
 __attribute__((target("avx,f16c"))) void round_to_f16_f16c(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -161,6 +211,32 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int64_t n, float* out,
+                  int64_t ldo) {
+  int64_t r = 0;
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    for (; r + 4 <= rows; r += 4) dot4_f32_avx2(a + r * lda, lda, b, n, out + r * ldo, ldo);
+    for (; r < rows; ++r) out[r * ldo] = dot_f32_avx2(a + r * lda, b, n);
+    return;
+  }
+#endif
+  for (; r < rows; ++r) out[r * ldo] = dot_f32(a + r * lda, b, n);
+}
+
+void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
+                   int64_t n) {
+  int64_t r = 0;
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    for (; r + 4 <= rows; r += 4) axpy4_f32_avx2(y + r * ldy, ldy, w + r * ldw, ldw, x, n);
+    for (; r < rows; ++r) axpy_f32_avx2(y + r * ldy, w[r * ldw], x, n);
+    return;
+  }
+#endif
+  for (; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw], x, n);
 }
 
 void round_to_f16(float* x, int64_t n) {

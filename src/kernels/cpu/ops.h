@@ -38,6 +38,14 @@ void add_inplace(float* y, const float* x, int64_t n);
 void axpy_f32(float* y, float a, const float* x, int64_t n);
 // Dot product of two f32 rows with 8 partial sums.
 float dot_f32(const float* a, const float* b, int64_t n);
+// out[r * ldo] = dot_f32(a + r * lda, b, n) for r < rows (the same bits), rows computed four at
+// a time against one load of b.
+void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int64_t n, float* out,
+                  int64_t ldo);
+// axpy_f32(y + r * ldy, w[r * ldw], x, n) for r < rows (the same bits); y rows must not overlap
+// x.
+void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
+                   int64_t n);
 // Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
 void round_to_f16(float* x, int64_t n);
 
