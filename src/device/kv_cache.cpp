@@ -107,8 +107,30 @@ uint8_t* KvCache::v_ptr(int layer, int block, int slot, int head) const {
 
 namespace {
 
+#if defined(__x86_64__)
+bool use_f16c();
+// Writing K and V rows: F16C rounds to nearest even as f32_to_f16 does, so finite values and
+// infinities get the same bits; a NaN stays a NaN (F16C keeps part of its payload where
+// f32_to_f16 stores the canonical quiet NaN).
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src, uint8_t* dst,
+                                                         int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  if (i < n) f32_to_f16_row(src + i, dst + 2 * i, n - i);
+}
+#endif
+
 void store(uint8_t* dst, const float* src, int64_t n, bool f16) {
   if (f16) {
+#if defined(__x86_64__)
+    if (use_f16c()) {
+      f32_to_f16_f16c(src, dst, n);
+      return;
+    }
+#endif
     f32_to_f16_row(src, dst, n);
   } else {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));

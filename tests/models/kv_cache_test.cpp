@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -104,6 +106,53 @@ TEST(KvCache, F16ReadsEveryHalfExactlyOnEveryPath) {
                               ? std::isnan(row[d])
                               : std::bit_cast<uint32_t>(row[d]) == std::bit_cast<uint32_t>(want);
         if (!same) ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << cpu_isa_name(isa);
+  }
+  set_cpu_isa_for_testing(saved);
+}
+
+// Writing an F16 cache rounds as f32_to_f16 does (to nearest, ties to even), on the F16C path
+// and on the portable one: the same stored half for random values at many magnitudes, exact
+// ties, values around the largest half and the subnormal range, zeros and infinities.
+TEST(KvCache, F16WritesRoundAsTheReferenceOnEveryPath) {
+  KvCacheConfig c;
+  c.n_layer = 1;
+  c.n_kv_heads = 1;
+  c.head_dim_k = 61;  // not a multiple of 8: the tail takes the portable converter
+  c.head_dim_v = 61;
+  c.block_tokens = 16;
+  c.n_blocks = 4;
+  c.dtype = GgmlType::F16;
+  std::vector<float> vals;
+  std::mt19937 rng(9);
+  for (float scale : {1e-7f, 3e-5f, 1e-2f, 1.0f, 300.0f, 6e4f}) {
+    std::normal_distribution<float> nd(0.0f, scale);
+    for (int i = 0; i < 400; ++i) vals.push_back(nd(rng));
+  }
+  for (float t :
+       {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 2048.0f + 1.0f, 2048.0f + 3.0f,
+        std::ldexp(1.0f, -24) * 0.5f, std::ldexp(1.0f, -24) * 1.5f, std::ldexp(1.0f, -24) * 2.5f,
+        65504.0f, 65519.99f, 65520.0f, 1e9f, 0.0f, std::numeric_limits<float>::infinity()}) {
+    vals.push_back(t);
+    vals.push_back(-t);
+  }
+  vals.resize((vals.size() + 60) / 61 * 61, 0.5f);
+  const CpuIsa saved = cpu_isa();
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!set_cpu_isa_for_testing(isa)) continue;
+    auto kv = KvCache::create(c);
+    ASSERT_TRUE(kv.ok());
+    int mismatches = 0;
+    std::vector<float> row(61);
+    for (size_t r = 0; r * 61 < vals.size(); ++r) {
+      const int pos = static_cast<int>(r % 64);
+      (*kv)->write_k(0, pos / 16, pos % 16, vals.data() + r * 61);
+      (*kv)->read_k(0, pos / 16, pos % 16, 0, row.data());
+      for (int d = 0; d < 61; ++d) {
+        const float want = f16_to_f32(f32_to_f16(vals[r * 61 + d]));
+        if (std::bit_cast<uint32_t>(row[d]) != std::bit_cast<uint32_t>(want)) ++mismatches;
       }
     }
     EXPECT_EQ(mismatches, 0) << cpu_isa_name(isa);
