@@ -162,6 +162,29 @@ TEST_P(MatmulTest, MatchesReferenceUnderEveryIsa) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// The K-quant tiles (1 row x 4 tokens for batches, 4 rows x 1 token for decode, with the
+// leftover rows and tokens in smaller tiles): every token count 1..17 (every remainder of the
+// 4-token tile, several tiles in a row), odd row counts around the 4-row decode tile, several
+// super-blocks per row, and rows at odd byte offsets.
+TEST(MatmulTest, KQuantTilesEveryTokenCount) {
+  uint32_t seed = 1000;
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const GgmlTypeInfo& info = ggml_type_info(type);
+    SCOPED_TRACE(info.name);
+    for (CpuIsa isa : isas_here()) {
+      for (int64_t tokens = 1; tokens <= 17; ++tokens) {
+        const int64_t k = tokens % 2 == 0 ? 512 : 1280;
+        const uint64_t rb = static_cast<uint64_t>(k) / info.block_elems * info.block_bytes;
+        const int64_t rows = 3 + 2 * (tokens % 4);  // 3, 5, 7, 9
+        run_problem({type, k, rows, tokens, rb, 0}, isa, 1, seed++);
+        run_problem({type, k, rows + 4, tokens, rb + 1 + tokens % 3, 1 + tokens % 5}, isa, 2,
+                    seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(CpuIsaTest, ScalarAlwaysAvailableAndNamed) {
   EXPECT_TRUE(cpu_isa_available(CpuIsa::kScalar));
   EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");

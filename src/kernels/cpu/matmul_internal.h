@@ -62,7 +62,7 @@ uint64_t act_record_bytes(GgmlType act, int64_t k);
 // least one quantized row in ggml blocks). The SIMD quantizers must match it byte for byte.
 void quantize_act_record_reference(GgmlType act, const float* x, int64_t k, uint8_t* tmp,
                                    uint8_t* rec);
-// A SIMD record writer for `act` on one ISA (Q8_0, Q8_1), or nullptr.
+// A SIMD record writer for `act` on one ISA (Q8_0, Q8_1, Q8_K), or nullptr.
 using ActQuantFn = void (*)(const float* x, int64_t k, uint8_t* rec);
 ActQuantFn act_quantizer_avx2(GgmlType act);
 ActQuantFn act_quantizer_avx512(GgmlType act);
