@@ -16,9 +16,9 @@ void run_decoder_layer(Workspace& ws, const ModelHparams& hp, int64_t layer, con
   float* x = ws.x.data();
   float* xn = ws.xn.data();
   decoder::norm_rows(ws, x, L.attn_norm, xn, hp.n_embd, hp.rms_eps);
-  decoder::linear(ws, L.wq, L.bq, xn, ws.q.data());
-  decoder::linear(ws, L.wk, L.bk, xn, ws.k.data());
-  decoder::linear(ws, L.wv, L.bv, xn, ws.v.data());
+  const decoder::LinearJob qkv[] = {
+      {&L.wq, &L.bq, ws.q.data()}, {&L.wk, &L.bk, ws.k.data()}, {&L.wv, &L.bv, ws.v.data()}};
+  decoder::linear_same_input(ws, qkv, xn);
   if (!L.q_norm.empty()) {
     decoder::head_norm(ws, ws.q.data(), hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps);
     decoder::head_norm(ws, ws.k.data(), hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps);
@@ -30,8 +30,9 @@ void run_decoder_layer(Workspace& ws, const ModelHparams& hp, int64_t layer, con
   decoder::linear(ws, L.wo, L.bo, ws.attn.data(), xn);
   decoder::add_rows(ws, x, xn, hp.n_embd);
   decoder::norm_rows(ws, x, L.ffn_norm, xn, hp.n_embd, hp.rms_eps);
-  decoder::linear(ws, L.w_gate, {}, xn, ws.ff_a.data());
-  decoder::linear(ws, L.w_up, {}, xn, ws.ff_b.data());
+  const decoder::LinearJob gate_up[] = {{&L.w_gate, nullptr, ws.ff_a.data()},
+                                        {&L.w_up, nullptr, ws.ff_b.data()}};
+  decoder::linear_same_input(ws, gate_up, xn);
   decoder::swiglu_rows(ws, ws.ff_a.data(), ws.ff_b.data(), hp.n_ff, hp.n_ff);
   decoder::linear(ws, L.w_down, {}, ws.ff_a.data(), xn);
   decoder::add_rows(ws, x, xn, hp.n_embd);

@@ -84,6 +84,19 @@ void linear(Workspace& ws, const TensorView& w, const std::vector<float>& bias, 
   }
 }
 
+void linear_same_input(Workspace& ws, std::span<const LinearJob> jobs, const float* in) {
+  if (jobs.empty()) return;
+  std::vector<MatmulJob> mm;
+  mm.reserve(jobs.size());
+  for (const LinearJob& j : jobs) mm.push_back({j.w, j.out, j.w->ne[1]});
+  matmul_same_input(ws.cpu, mm, in, jobs[0].w->ne[0], ws.n_tokens);
+  for (const LinearJob& j : jobs) {
+    const int64_t n_out = j.w->ne[1];
+    if (j.bias == nullptr || j.bias->empty()) continue;
+    for (int64_t t = 0; t < ws.n_tokens; ++t) add_inplace(j.out + t * n_out, j.bias->data(), n_out);
+  }
+}
+
 void head_norm(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim,
                const std::vector<float>& w, float eps) {
   for (int64_t t = 0; t < ws.n_tokens; ++t) {

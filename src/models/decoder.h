@@ -46,6 +46,14 @@ void norm_rows(Workspace& ws, const float* in, const std::vector<float>& w, floa
 // out[t] = W in[t] (+ bias) for every token row; in has width W.ne[0], out W.ne[1].
 void linear(Workspace& ws, const TensorView& w, const std::vector<float>& bias, const float* in,
             float* out);
+// linear() for several weights applied to the same input rows, in one matmul hand-off
+// (matmul_same_input): the same results as one linear() each.
+struct LinearJob {
+  const TensorView* w;
+  const std::vector<float>* bias;  // may be empty
+  float* out;
+};
+void linear_same_input(Workspace& ws, std::span<const LinearJob> jobs, const float* in);
 // Per-head RMS norm (qwen3's q/k norm): each of n_heads heads of head_dim values per token.
 void head_norm(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim,
                const std::vector<float>& w, float eps);

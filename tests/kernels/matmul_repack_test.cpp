@@ -251,5 +251,58 @@ INSTANTIATE_TEST_SUITE_P(Types, RepackTest, ::testing::Values(GgmlType::Q4_0, Gg
                            return std::string(ggml_type_info(i.param).name);
                          });
 
+// matmul_same_input (one activation quantization and one hand-off for several products of the
+// same input) gives each product exactly what matmul gives it alone: packed Q4_0 / Q8_0 groups
+// with tail rows, unpacked K-quants sharing Q8_K records, and mixes that cannot share (packed
+// next to unpacked, different activation types), under every ISA incl. scalar, 1 and 2 threads.
+TEST(MatmulSameInput, EachProductAsAlone) {
+  std::vector<CpuIsa> isas = simd_isas_here();
+  isas.push_back(CpuIsa::kScalar);
+  std::mt19937 rng(21);
+  const int64_t k = 256;
+  Weights a = make_weights(GgmlType::Q4_0, k, 37, 0, 0, rng);
+  Weights b = make_weights(GgmlType::Q4_0, k, 16, 0, 1, rng);
+  Weights c = make_weights(GgmlType::Q8_0, k, 21, 2, 0, rng);
+  Weights d = make_weights(GgmlType::Q4_K, k, 13, 0, 0, rng);
+  Weights e = make_weights(GgmlType::Q6_K, k, 9, 0, 3, rng);
+  RepackedWeights packs;
+  for (const Weights* w : {&a, &b, &c}) ASSERT_TRUE(packs.add(w->view));
+  const std::vector<std::vector<const Weights*>> sets = {{&a, &b}, {&a, &b, &a}, {&c, &c}, {&d, &e},
+                                                         {&a, &d}, {&a, &c},     {&e}};
+  for (CpuIsa isa : isas) {
+    IsaGuard guard;
+    ASSERT_TRUE(set_cpu_isa_for_testing(isa));
+    for (int threads : {1, 2}) {
+      CpuContext ctx(threads, k, 64);
+      for (int64_t tokens : {1, 3, 9}) {
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const int64_t ldx = k + 3;
+        std::vector<float> x(static_cast<size_t>(ldx * tokens));
+        for (float& v : x) v = nd(rng);
+        for (const auto& set : sets) {
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads) +
+                       " tokens=" + std::to_string(tokens) +
+                       " products=" + std::to_string(set.size()));
+          std::vector<std::vector<float>> got(set.size()), want(set.size());
+          std::vector<MatmulJob> jobs;
+          for (size_t i = 0; i < set.size(); ++i) {
+            const int64_t ldy = set[i]->rows + 2;
+            got[i].assign(static_cast<size_t>(ldy * tokens), -7.0f);
+            want[i] = got[i];
+            matmul(ctx, set[i]->view, x.data(), ldx, tokens, want[i].data(), ldy);
+            jobs.push_back({&set[i]->view, got[i].data(), ldy});
+          }
+          matmul_same_input(ctx, jobs, x.data(), ldx, tokens);
+          for (size_t i = 0; i < set.size(); ++i) {
+            for (size_t j = 0; j < got[i].size(); ++j) {
+              ASSERT_EQ(got[i][j], want[i][j]) << "product " << i << " element " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace power

@@ -355,13 +355,26 @@ TEST(Runtime, HostSchedulingPinsAndLowersPriority) {
 }
 
 // Not a test: aggregate generation throughput with 1, 4, 8 and 16 concurrent streams (run with
-// --gtest_also_run_disabled_tests; POWER_BENCH_MODEL picks another GGUF). Prints, asserts
+// --gtest_also_run_disabled_tests; POWER_BENCH_MODEL picks another GGUF, POWER_BENCH_STREAMS the
+// stream counts). Prints, asserts
 // nothing about speed.
 TEST(Runtime, DISABLED_ThroughputByStreams) {
   const char* env = std::getenv("POWER_BENCH_MODEL");
   const std::string path = env ? env : stories_f32();
   const int n_tokens = 64;
-  for (int streams : {1, 4, 8, 16}) {
+  // POWER_BENCH_STREAMS="1,8" picks the stream counts (default 1,4,8,16).
+  std::vector<int> counts = {1, 4, 8, 16};
+  if (const char* sc = std::getenv("POWER_BENCH_STREAMS"); sc != nullptr && *sc != '\0') {
+    counts.clear();
+    for (const char* p = sc; *p != '\0';) {
+      char* end = nullptr;
+      const long v = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (v > 0 && v <= 256) counts.push_back(static_cast<int>(v));
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  for (int streams : counts) {
     auto rt = Runtime::create({});
     ASSERT_TRUE(rt.ok());
     LoadOptions o = small_opts(streams);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -163,8 +165,62 @@ bool matmul_has_simd_kernel(GgmlType type) {
   return kernel_for(cpu_isa(), type) != nullptr && vec_dot_activation_type(type).ok();
 }
 
-void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
-            float* y, int64_t ldy) {
+namespace {
+
+// One product of a matmul_same_input call, ready to run: its kernels and arguments, and its
+// work items (packed groups of 8 rows plus one item for the rows past the last group, or
+// chunks of 4 rows for the ggml-layout kernels).
+struct PreparedMatmul {
+  kernels::MatmulRowsFn fn = nullptr;
+  kernels::PackedGroupsFn packed_fn = nullptr;
+  std::shared_ptr<const kernels::PackedMatrix> packed;
+  kernels::MatmulArgs args;
+  kernels::PackedArgs pa;
+  int64_t rows = 0;
+  int64_t n_groups = 0;
+  int64_t n_items = 0;
+
+  // Items [b, e) of this product.
+  void run(int64_t b, int64_t e) const {
+    if (packed != nullptr) {
+      const int64_t g1 = std::min(n_groups, e);
+      if (b < g1) packed_fn(pa, b, g1);
+      if (e > n_groups) fn(args, n_groups * kernels::kPackRows, rows);
+    } else {
+      fn(args, b * 4, std::min(rows, e * 4));
+    }
+  }
+};
+
+// Quantizes the n_tokens activation rows into the records of type act; returns the records.
+uint8_t* quantize_activations(CpuContext& ctx, GgmlType act, const float* x, int64_t ldx, int64_t k,
+                              int64_t n_tokens) {
+  const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
+  const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
+  uint8_t* recs = ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens));
+  auto quantize = [&](size_t begin, size_t end, int thread) {
+    // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
+    auto* tmp = reinterpret_cast<uint8_t*>(ctx.row_scratch(thread));
+    for (size_t t = begin; t < end; ++t) {
+      const float* xt = x + static_cast<int64_t>(t) * ldx;
+      if (simd_quant != nullptr) {
+        simd_quant(xt, k, recs + t * rec_bytes);
+      } else {
+        kernels::quantize_act_record_reference(act, xt, k, tmp, recs + t * rec_bytes);
+      }
+    }
+  };
+  if (n_tokens == 1) {
+    quantize(0, 1, 0);
+  } else {
+    ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
+  }
+  return recs;
+}
+
+// One product on its own (any weight type, any path).
+void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
+                float* y, int64_t ldy) {
   const int64_t k = w.ne[0];
   const int64_t rows = w.ne[1];
   const kernels::MatmulRowsFn fn = kernel_for(cpu_isa(), w.type);
@@ -236,6 +292,91 @@ void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, i
   const int64_t n_chunks = (rows + 3) / 4;
   ctx.pool().parallel_for(static_cast<size_t>(n_chunks), [&](size_t begin, size_t end, int) {
     fn(args, static_cast<int64_t>(begin) * 4, std::min(rows, static_cast<int64_t>(end) * 4));
+  });
+}
+
+}  // namespace
+
+void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
+            float* y, int64_t ldy) {
+  matmul_one(ctx, w, x, ldx, n_tokens, y, ldy);
+}
+
+void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const float* x,
+                       int64_t ldx, int64_t n_tokens) {
+  if (jobs.empty()) return;
+  // One shared pass needs the same activation records for all (same row length and
+  // activation type) and the same kind of work items (all packed or none), so that items
+  // cost alike and the pool's even split stays balanced. Otherwise: one call each.
+  const int64_t k = jobs[0].w->ne[0];
+  std::vector<PreparedMatmul> prep(jobs.size());
+  GgmlType act = GgmlType::F32;
+  bool shared = true;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const TensorView& w = *jobs[i].w;
+    PreparedMatmul& p = prep[i];
+    p.fn = kernel_for(cpu_isa(), w.type);
+    Result<GgmlType> act_type = vec_dot_activation_type(w.type);
+    const bool simd =
+        p.fn != nullptr && act_type.ok() && kernels::act_record_bytes(*act_type, w.ne[0]) > 0;
+    if (!simd || w.ne[0] != k || (i > 0 && *act_type != act)) {
+      shared = false;
+      break;
+    }
+    act = *act_type;
+    p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
+    if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
+    if (i > 0 && (p.packed != nullptr) != (prep[0].packed != nullptr)) {
+      shared = false;
+      break;
+    }
+  }
+  if (!shared || jobs.size() == 1) {
+    for (const MatmulJob& j : jobs) matmul_one(ctx, *j.w, x, ldx, n_tokens, j.y, j.ldy);
+    return;
+  }
+  POWER_CHECK(k <= ctx.max_row());
+  uint8_t* recs = quantize_activations(ctx, act, x, ldx, k, n_tokens);
+  const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
+  std::vector<int64_t> first_item(jobs.size() + 1, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const TensorView& w = *jobs[i].w;
+    PreparedMatmul& p = prep[i];
+    p.rows = w.ne[1];
+    p.args.w = static_cast<const uint8_t*>(w.data);
+    p.args.w_row_bytes = w.nb[1];
+    p.args.k = k;
+    p.args.x = x;
+    p.args.ldx = ldx;
+    p.args.n_tokens = n_tokens;
+    p.args.y = jobs[i].y;
+    p.args.ldy = jobs[i].ldy;
+    p.args.act = recs;
+    p.args.act_stride = rec_bytes;
+    if (p.packed != nullptr) {
+      p.pa.w = p.packed->data.get();
+      p.pa.group_bytes = p.packed->group_bytes;
+      p.pa.k = k;
+      p.pa.act = recs;
+      p.pa.act_stride = rec_bytes;
+      p.pa.n_tokens = n_tokens;
+      p.pa.y = jobs[i].y;
+      p.pa.ldy = jobs[i].ldy;
+      p.n_groups = p.packed->n_groups;
+      p.n_items = p.n_groups + (p.rows > p.n_groups * kernels::kPackRows ? 1 : 0);
+    } else {
+      p.n_items = (p.rows + 3) / 4;
+    }
+    first_item[i + 1] = first_item[i] + p.n_items;
+  }
+  const int64_t total = first_item.back();
+  ctx.pool().parallel_for(static_cast<size_t>(total), [&](size_t begin, size_t end, int) {
+    // The products whose items overlap [begin, end), each over its overlapping part.
+    for (size_t i = 0; i < prep.size(); ++i) {
+      const int64_t b = std::max(static_cast<int64_t>(begin), first_item[i]);
+      const int64_t e = std::min(static_cast<int64_t>(end), first_item[i + 1]);
+      if (b < e) prep[i].run(b - first_item[i], e - first_item[i]);
+    }
   });
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/context.h"
 #include "tensor/tensor.h"
@@ -17,6 +18,19 @@ namespace power {
 
 void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
             float* y, int64_t ldy);
+
+// Several products of the same input rows x (a layer's q/k/v or gate/up projections): the
+// activations are quantized once and all the products' rows are split over the threads in one
+// hand-off, instead of a quantization and a hand-off per product. Results equal matmul() per
+// job (the same kernels on the same records). Products that cannot share (different row
+// length or activation type, packed next to unpacked weights) run one matmul() each.
+struct MatmulJob {
+  const TensorView* w;
+  float* y;
+  int64_t ldy;
+};
+void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const float* x,
+                       int64_t ldx, int64_t n_tokens);
 
 // True when the active ISA (kernels/cpu/isa.h) has a SIMD kernel for this weight type; those
 // quantize the activations to vec_dot_activation_type(type) as the peer does. Other types take
