@@ -226,7 +226,10 @@ TEST_F(StreamHttp, AutoToolsWithoutACallStreamTheContent) {
   }
   EXPECT_EQ(text, want["message"]["content"]);
   EXPECT_EQ(finish, want["finish_reason"]);
-  EXPECT_GT(content_chunks, 5);  // streamed as it came, not held to the end
+  // Streamed as it came, not held to the end. Each chunk carries what was generated since the
+  // writer last woke, so how many chunks 40 tokens make depends on timing (a loaded machine
+  // gave 5): more than one is what "not held to the end" means.
+  EXPECT_GT(content_chunks, 1);
 }
 
 // ---- disconnects of queued requests ----
