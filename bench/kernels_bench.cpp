@@ -4,7 +4,8 @@
 // read per second (bytes_per_second) and multiply-adds as FLOP/s (2 per weight x token).
 // Q4_0 and Q8_0 also run on the repacked 8-row layout (kernels/cpu/matmul_repack.h): names
 // with /packed/ vs /rows/. tokens:8 is the batched-decode shape (8 streams, one step): compare
-// its time with 8 x the tokens:1 time.
+// its time with 8 x the tokens:1 time. act_quant/<type>/<reference|isa>: the activation
+// quantizers (f32 row -> kernel record) on one 2048-element row.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/context.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
 
@@ -99,7 +101,49 @@ void BM_matmul(benchmark::State& state, GgmlType type, CpuIsa isa, int64_t n_tok
                          benchmark::Counter::kIsRate);
 }
 
+// Activation quantizers: one 2048-element row per iteration into a kernel record, the
+// reference writer (tensor/quant.h quantizer + layout) vs the ISA's SIMD quantizer. Counter:
+// input floats per second.
+void BM_act_quant(benchmark::State& state, GgmlType act, CpuIsa isa) {
+  kernels::ActQuantFn fn = nullptr;
+  if (isa == CpuIsa::kAvx2) fn = kernels::act_quantizer_avx2(act);
+  if (isa == CpuIsa::kAvx512) fn = kernels::act_quantizer_avx512(act);
+  if (isa != CpuIsa::kScalar && fn == nullptr) {
+    state.SkipWithError("no SIMD quantizer for this type");
+    return;
+  }
+  std::vector<float> x(kK);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  const uint64_t bytes = kernels::act_record_bytes(act, kK);
+  std::vector<uint8_t> rec(bytes + 64), tmp(kK * 2 + 64);
+  uint8_t* r = rec.data() + (64 - reinterpret_cast<uintptr_t>(rec.data()) % 64) % 64;
+  for (auto _ : state) {
+    if (fn != nullptr) {
+      fn(x.data(), kK, r);
+    } else {
+      kernels::quantize_act_record_reference(act, x.data(), kK, tmp.data(), r);
+    }
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["floats/s"] =
+      benchmark::Counter(static_cast<double>(kK) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
 void register_all() {
+  for (auto [act, name] : {std::pair<GgmlType, const char*>{GgmlType::Q8_0, "Q8_0"},
+                           {GgmlType::Q8_1, "Q8_1"},
+                           {GgmlType::Q8_K, "Q8_K"}}) {
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (!cpu_isa_available(isa)) continue;
+      const std::string id =
+          std::string("act_quant/") + name + "/" +
+          (isa == CpuIsa::kScalar ? std::string("reference") : std::string(cpu_isa_name(isa)));
+      benchmark::RegisterBenchmark(id.c_str(), BM_act_quant, act, isa);
+    }
+  }
   const std::pair<GgmlType, const char*> types[] = {
       {GgmlType::Q4_0, "Q4_0"}, {GgmlType::Q8_0, "Q8_0"}, {GgmlType::Q4_K, "Q4_K"},
       {GgmlType::Q6_K, "Q6_K"}, {GgmlType::Q5_K, "Q5_K"}, {GgmlType::IQ4_NL, "IQ4_NL"},
