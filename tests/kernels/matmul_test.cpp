@@ -4,7 +4,9 @@
 // tokens (decode tiles, batch tiles, the 64-token block edge), unaligned and padded rows.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "kernels/cpu/context.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
 
 namespace power {
@@ -180,6 +183,56 @@ TEST(MatmulTest, KQuantTilesEveryTokenCount) {
         run_problem({type, k, rows + 4, tokens, rb + 1 + tokens % 3, 1 + tokens % 5}, isa, 2,
                     seed++);
         if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// A token's products do not depend on which other tokens share the call: n tokens at once give,
+// bit for bit, what each token gives alone. Batched decode (#6: N concurrent greedy requests
+// equal each alone) and speculative verification (#10: greedy equals plain decoding) rely on
+// it, so the batch tiles and the decode tiles must do the same arithmetic in the same order
+// per token (a decode tile that reduced its row sums in another order broke greedy parity on
+// phi3 Q4_K_M). Every type under every ISA, the packed Q4_0/Q8_0 layout too, odd row counts
+// (tiles' tail rows), 1 and 2 threads.
+TEST_P(MatmulTest, TokensInOneCallEqualEachAlone) {
+  const GgmlType type = GetParam().type;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t k = 512, rows = 21, n_tokens = 9, ldx = k + 1;
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  const uint64_t row_bytes = static_cast<uint64_t>(k) / info.block_elems * info.block_bytes;
+  std::vector<uint8_t> wbuf(row_bytes * rows);
+  std::vector<float> wf(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : wf) v = nd(rng) * 0.3f;
+    ASSERT_TRUE(quantize_row(type, wf.data(), wbuf.data() + r * row_bytes, k).ok());
+  }
+  TensorView w;
+  w.type = type;
+  w.ne = {k, rows, 1, 1};
+  w.nb = {info.block_bytes, row_bytes, row_bytes * rows, row_bytes * rows};
+  w.data = wbuf.data();
+  std::vector<float> x(static_cast<size_t>(ldx * n_tokens));
+  for (float& v : x) v = nd(rng);
+  for (CpuIsa isa : isas_here()) {
+    IsaGuard guard;
+    ASSERT_TRUE(set_cpu_isa_for_testing(isa));
+    // The packed copy (Q4_0 / Q8_0 under a SIMD ISA); nothing for other types.
+    RepackedWeights packs;
+    packs.add(w);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
+      CpuContext ctx(threads, k, 64);
+      std::vector<float> all(static_cast<size_t>(rows * n_tokens));
+      matmul(ctx, w, x.data(), ldx, n_tokens, all.data(), rows);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> one(static_cast<size_t>(rows));
+        matmul(ctx, w, x.data() + t * ldx, ldx, 1, one.data(), rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(all[t * rows + r]), std::bit_cast<uint32_t>(one[r]))
+              << "token " << t << " row " << r << ": " << all[t * rows + r] << " vs " << one[r];
+        }
       }
     }
   }
