@@ -242,30 +242,10 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
   args.n_tokens = n_tokens;
   args.y = y;
   args.ldy = ldy;
-  const GgmlType act = *act_type;
-  const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
-  const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
+  const uint64_t rec_bytes = kernels::act_record_bytes(*act_type, k);
   if (rec_bytes > 0) {
-    uint8_t* recs = ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens));
-    args.act = recs;
+    args.act = quantize_activations(ctx, *act_type, x, ldx, k, n_tokens);
     args.act_stride = rec_bytes;
-    auto quantize = [&](size_t begin, size_t end, int thread) {
-      // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
-      auto* tmp = reinterpret_cast<uint8_t*>(ctx.row_scratch(thread));
-      for (size_t t = begin; t < end; ++t) {
-        const float* xt = x + static_cast<int64_t>(t) * ldx;
-        if (simd_quant != nullptr) {
-          simd_quant(xt, k, recs + t * rec_bytes);
-        } else {
-          kernels::quantize_act_record_reference(act, xt, k, tmp, recs + t * rec_bytes);
-        }
-      }
-    };
-    if (n_tokens == 1) {
-      quantize(0, 1, 0);
-    } else {
-      ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
-    }
   }
   if (packed_fn != nullptr && packed != nullptr) {
     // Packed groups of 8 rows; the rows past the last group (rows % 8) are one more work item
