@@ -180,6 +180,37 @@ struct PreparedMatmul {
   int64_t n_groups = 0;
   int64_t n_items = 0;
 
+  // Fills the arguments and work items for W times the n_tokens rows of x (recs: their
+  // quantized records, or null for float weights), fn / packed_fn / packed being set.
+  void bind(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, const uint8_t* recs,
+            uint64_t rec_bytes, float* y, int64_t ldy) {
+    rows = w.ne[1];
+    args.w = static_cast<const uint8_t*>(w.data);
+    args.w_row_bytes = w.nb[1];
+    args.k = w.ne[0];
+    args.x = x;
+    args.ldx = ldx;
+    args.n_tokens = n_tokens;
+    args.y = y;
+    args.ldy = ldy;
+    args.act = recs;
+    args.act_stride = rec_bytes;
+    if (packed == nullptr) {
+      n_items = (rows + 3) / 4;  // row chunks of at least 4 rows (decode tiles)
+      return;
+    }
+    pa.w = packed->data.get();
+    pa.group_bytes = packed->group_bytes;
+    pa.k = w.ne[0];
+    pa.act = recs;
+    pa.act_stride = rec_bytes;
+    pa.n_tokens = n_tokens;
+    pa.y = y;
+    pa.ldy = ldy;
+    n_groups = packed->n_groups;
+    n_items = n_groups + (rows > n_groups * kernels::kPackRows ? 1 : 0);
+  }
+
   // Items [b, e) of this product.
   void run(int64_t b, int64_t e) const {
     if (packed != nullptr) {
@@ -222,7 +253,6 @@ uint8_t* quantize_activations(CpuContext& ctx, GgmlType act, const float* x, int
 void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
                 float* y, int64_t ldy) {
   const int64_t k = w.ne[0];
-  const int64_t rows = w.ne[1];
   const kernels::MatmulRowsFn fn = kernel_for(cpu_isa(), w.type);
   Result<GgmlType> act_type = vec_dot_activation_type(w.type);
   if (fn == nullptr || !act_type.ok()) {
@@ -230,48 +260,16 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
     return;
   }
   POWER_CHECK(k <= ctx.max_row());
-  const kernels::PackedGroupsFn packed_fn = packed_kernel_for(cpu_isa(), w.type);
-  std::shared_ptr<const kernels::PackedMatrix> packed;
-  if (packed_fn != nullptr) packed = kernels::find_packed(w);
-  kernels::MatmulArgs args;
-  args.w = static_cast<const uint8_t*>(w.data);
-  args.w_row_bytes = w.nb[1];
-  args.k = k;
-  args.x = x;
-  args.ldx = ldx;
-  args.n_tokens = n_tokens;
-  args.y = y;
-  args.ldy = ldy;
+  PreparedMatmul p;
+  p.fn = fn;
+  p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
+  if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
   const uint64_t rec_bytes = kernels::act_record_bytes(*act_type, k);
-  if (rec_bytes > 0) {
-    args.act = quantize_activations(ctx, *act_type, x, ldx, k, n_tokens);
-    args.act_stride = rec_bytes;
-  }
-  if (packed_fn != nullptr && packed != nullptr) {
-    // Packed groups of 8 rows; the rows past the last group (rows % 8) are one more work item
-    // for the ggml-layout kernel on the original rows.
-    kernels::PackedArgs pa;
-    pa.w = packed->data.get();
-    pa.group_bytes = packed->group_bytes;
-    pa.k = k;
-    pa.act = args.act;
-    pa.act_stride = args.act_stride;
-    pa.n_tokens = n_tokens;
-    pa.y = y;
-    pa.ldy = ldy;
-    const int64_t n_groups = packed->n_groups;
-    const int64_t n_items = n_groups + (rows > n_groups * kernels::kPackRows ? 1 : 0);
-    ctx.pool().parallel_for(static_cast<size_t>(n_items), [&](size_t begin, size_t end, int) {
-      const int64_t g1 = std::min(n_groups, static_cast<int64_t>(end));
-      if (static_cast<int64_t>(begin) < g1) packed_fn(pa, static_cast<int64_t>(begin), g1);
-      if (static_cast<int64_t>(end) > n_groups) fn(args, n_groups * kernels::kPackRows, rows);
-    });
-    return;
-  }
-  // Row chunks of at least 4 rows (decode tiles), as evenly as the pool splits them.
-  const int64_t n_chunks = (rows + 3) / 4;
-  ctx.pool().parallel_for(static_cast<size_t>(n_chunks), [&](size_t begin, size_t end, int) {
-    fn(args, static_cast<int64_t>(begin) * 4, std::min(rows, static_cast<int64_t>(end) * 4));
+  const uint8_t* recs =
+      rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens) : nullptr;
+  p.bind(w, x, ldx, n_tokens, recs, rec_bytes, y, ldy);
+  ctx.pool().parallel_for(static_cast<size_t>(p.n_items), [&](size_t begin, size_t end, int) {
+    p.run(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   });
 }
 
@@ -320,33 +318,8 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
   const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const TensorView& w = *jobs[i].w;
     PreparedMatmul& p = prep[i];
-    p.rows = w.ne[1];
-    p.args.w = static_cast<const uint8_t*>(w.data);
-    p.args.w_row_bytes = w.nb[1];
-    p.args.k = k;
-    p.args.x = x;
-    p.args.ldx = ldx;
-    p.args.n_tokens = n_tokens;
-    p.args.y = jobs[i].y;
-    p.args.ldy = jobs[i].ldy;
-    p.args.act = recs;
-    p.args.act_stride = rec_bytes;
-    if (p.packed != nullptr) {
-      p.pa.w = p.packed->data.get();
-      p.pa.group_bytes = p.packed->group_bytes;
-      p.pa.k = k;
-      p.pa.act = recs;
-      p.pa.act_stride = rec_bytes;
-      p.pa.n_tokens = n_tokens;
-      p.pa.y = jobs[i].y;
-      p.pa.ldy = jobs[i].ldy;
-      p.n_groups = p.packed->n_groups;
-      p.n_items = p.n_groups + (p.rows > p.n_groups * kernels::kPackRows ? 1 : 0);
-    } else {
-      p.n_items = (p.rows + 3) / 4;
-    }
+    p.bind(*jobs[i].w, x, ldx, n_tokens, recs, rec_bytes, jobs[i].y, jobs[i].ldy);
     first_item[i + 1] = first_item[i] + p.n_items;
   }
   const int64_t total = first_item.back();
