@@ -108,7 +108,6 @@ uint8_t* KvCache::v_ptr(int layer, int block, int slot, int head) const {
 namespace {
 
 #if defined(__x86_64__)
-bool use_f16c();
 // Writing K and V rows: F16C rounds to nearest even as f32_to_f16 does, so finite values and
 // infinities get the same bits; a NaN stays a NaN (F16C keeps part of its payload where
 // f32_to_f16 stores the canonical quiet NaN).
@@ -121,23 +120,7 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src, uint8
   }
   if (i < n) f32_to_f16_row(src + i, dst + 2 * i, n - i);
 }
-#endif
 
-void store(uint8_t* dst, const float* src, int64_t n, bool f16) {
-  if (f16) {
-#if defined(__x86_64__)
-    if (use_f16c()) {
-      f32_to_f16_f16c(src, dst, n);
-      return;
-    }
-#endif
-    f32_to_f16_row(src, dst, n);
-  } else {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  }
-}
-
-#if defined(__x86_64__)
 // Attention converts every cached K and V row it reads; the portable converter costs a few
 // branches per element. F16C converts 8 at a time and gives the same bits (every f16 is an
 // f32; NaNs keep their payload and get the quiet bit, as f16_to_f32 documents).
@@ -157,6 +140,20 @@ bool use_f16c() {
   return have && cpu_isa() != CpuIsa::kScalar;
 }
 #endif
+
+void store(uint8_t* dst, const float* src, int64_t n, bool f16) {
+  if (f16) {
+#if defined(__x86_64__)
+    if (use_f16c()) {
+      f32_to_f16_f16c(src, dst, n);
+      return;
+    }
+#endif
+    f32_to_f16_row(src, dst, n);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+}
 
 void load(const uint8_t* src, float* dst, int64_t n, bool f16) {
   if (f16) {
