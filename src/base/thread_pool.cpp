@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,14 +18,6 @@ namespace power {
 namespace {
 
 constexpr int kDefaultSpinUs = 200;
-
-void chunk_of(size_t n, int parts, int index, size_t* begin, size_t* end) {
-  size_t base = n / static_cast<size_t>(parts);
-  size_t extra = n % static_cast<size_t>(parts);
-  size_t i = static_cast<size_t>(index);
-  *begin = i * base + (i < extra ? i : extra);
-  *end = *begin + base + (i < extra ? 1 : 0);
-}
 
 void cpu_relax() {
 #if defined(__x86_64__)
@@ -114,6 +107,15 @@ int default_spin_us() {
 
 }  // namespace
 
+void ThreadPool::run_chunks(const std::function<void(size_t, size_t, int)>& fn, int index) {
+  const size_t n = job_n_, grain = job_grain_;
+  for (;;) {
+    const size_t b = next_.fetch_add(grain, std::memory_order_relaxed);
+    if (b >= n) return;
+    fn(b, std::min(n, b + grain), index);
+  }
+}
+
 ThreadPool::ThreadPool(int n_threads, int spin_us)
     : n_threads_(n_threads > 0 ? n_threads : cpu_features().logical_cores),
       spin_us_(spin_us >= 0 ? spin_us : default_spin_us()) {
@@ -147,11 +149,7 @@ void ThreadPool::worker_loop(int index) {
       return;
     }
     seen = generation_.load(std::memory_order_acquire);
-    const auto* job = job_;
-    const size_t n = job_n_;
-    size_t b, e;
-    chunk_of(n, n_threads_, index, &b, &e);
-    if (b < e) (*job)(b, e, index);
+    run_chunks(*job_, index);
     if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_done_.notify_one();
@@ -169,6 +167,8 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t,
   g_awake.fetch_add(1);
   job_ = &fn;
   job_n_ = n;
+  job_grain_ = std::max<size_t>(1, n / (static_cast<size_t>(n_threads_) * kChunksPerThread));
+  next_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1);
   // seq_cst: either a worker about to sleep sees the new generation, or we see it sleeping.
   generation_.fetch_add(1);
@@ -176,9 +176,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t,
     std::lock_guard<std::mutex> lock(mu_);
     cv_work_.notify_all();
   }
-  size_t b, e;
-  chunk_of(n, n_threads_, 0, &b, &e);
-  if (b < e) fn(b, e, 0);
+  run_chunks(fn, 0);
   auto done = [&] { return pending_.load() == 0; };
   if (!spin_until(spin_us_, done)) {
     std::unique_lock<std::mutex> lock(mu_);

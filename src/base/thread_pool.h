@@ -1,8 +1,15 @@
 // A fixed pool of persistent worker threads for data-parallel loops.
 //
-// parallel_for(n, fn) splits [0, n) into one contiguous chunk per thread (the caller's thread
-// takes chunk 0) and returns when every chunk is done. Calls to parallel_for on one pool are
-// serialized; fn must not call back into the same pool. Exceptions must not escape fn.
+// parallel_for(n, fn) splits [0, n) into contiguous pieces of about n / (4 x threads) indices
+// that the threads (the caller's included) take in order from a shared counter as they become
+// free, and returns when every piece is done. So fn runs several times per thread, each time on
+// a disjoint range, and its thread_index names the calling thread (per-thread scratch), not a
+// fixed share of the work: a thread that starts late or is slowed down (another process, a
+// range that costs more, such as a longer sequence's attention) leaves its pieces to the others
+// instead of making everyone wait for its fixed half (134M Q4_0, 8 streams, 2 threads: the
+// caller's and the workers' waiting fell from 14 % to 8 % of the samples). Calls to
+// parallel_for on one pool are serialized; fn must not call back into the same pool. Exceptions
+// must not escape fn.
 //
 // Wake-ups: a decoder step makes ~8 parallel_for calls per layer, microseconds apart. Idle
 // workers (and the caller waiting for the last chunk) spin on an atomic for up to spin_us
@@ -38,11 +45,14 @@ class ThreadPool {
   int size() const { return n_threads_; }
   int spin_us() const { return spin_us_; }
 
-  // fn(begin, end, thread_index) over disjoint ranges covering [0, n).
+  // fn(begin, end, thread_index) over disjoint ranges covering [0, n), possibly several per
+  // thread.
   void parallel_for(size_t n, const std::function<void(size_t, size_t, int)>& fn);
 
  private:
   void worker_loop(int index);
+  void run_chunks(const std::function<void(size_t, size_t, int)>& fn, int index);
+  static constexpr size_t kChunksPerThread = 4;
 
   int n_threads_;
   int spin_us_;
@@ -52,6 +62,8 @@ class ThreadPool {
   // after it is seen (acquire). pending_ counts workers not done with the current job.
   const std::function<void(size_t, size_t, int)>* job_ = nullptr;
   size_t job_n_ = 0;
+  size_t job_grain_ = 1;
+  std::atomic<size_t> next_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

@@ -27,6 +27,34 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
+// Work is handed out in pieces (about n / (4 x threads) indices each) to whichever thread is
+// free, so a thread that is held up does not hold a fixed share of the loop: here the first
+// range the worker thread takes blocks until every index outside it is done, which the caller
+// then finishes alone. With one fixed half per thread the held-up worker would own n / 2.
+TEST(ThreadPool, AHeldUpThreadDoesNotHoldAFixedShare) {
+  ThreadPool pool(2, 0);
+  const size_t n = 64;
+  std::atomic<size_t> done{0}, worker_items{0};
+  std::atomic<bool> worker_blocked{false}, timed_out{false};
+  pool.parallel_for(n, [&](size_t b, size_t e, int t) {
+    if (t == 1 && !worker_blocked.exchange(true)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (done.load() < n - (e - b)) {
+        if (std::chrono::steady_clock::now() > until) {
+          timed_out = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    if (t == 1) worker_items += e - b;
+    done += e - b;
+  });
+  EXPECT_EQ(done.load(), n);
+  EXPECT_FALSE(timed_out.load()) << "the caller did not take over the held-up thread's share";
+  EXPECT_LT(worker_items.load(), n / 2);
+}
+
 // Every round's work is done before parallel_for returns, whether the workers sleep at once
 // (spin 0), spin briefly, or spin longer than the gaps between rounds; a pause between rounds
 // lets spinning workers fall asleep so the wake-up path runs too.
@@ -40,7 +68,7 @@ TEST(ThreadPool, ManyRoundsSum) {
       pool.parallel_for(100, [&](size_t b, size_t e, int t) {
         long s = 0;
         for (size_t i = b; i < e; ++i) s += static_cast<long>(i);
-        part[static_cast<size_t>(t)] = s;
+        part[static_cast<size_t>(t)] += s;  // a thread may run several ranges
       });
       for (long& p : part) total += std::exchange(p, 0);
       if (round % 100 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -84,7 +112,7 @@ TEST(ThreadPool, SeveralSpinningPoolsAtOnce) {
         pool.parallel_for(64, [&](size_t b, size_t e, int t) {
           long s = 0;
           for (size_t i = b; i < e; ++i) s += static_cast<long>(i) + 1;
-          part[static_cast<size_t>(t)] = s;
+          part[static_cast<size_t>(t)] += s;  // a thread may run several ranges
         });
         for (long& p : part) totals[static_cast<size_t>(d)] += std::exchange(p, 0);
       }
