@@ -194,12 +194,13 @@ TEST(MatmulTest, KQuantTilesEveryTokenCount) {
 // it, so the batch tiles and the decode tiles must do the same arithmetic in the same order
 // per token (a decode tile that reduced its row sums in another order broke greedy parity on
 // phi3 Q4_K_M). Every type under every ISA, the packed Q4_0/Q8_0 layout too, odd row counts
-// (tiles' tail rows), 1 and 2 threads.
+// (tiles' tail rows), 13 tokens (8 + 4 + 1 with 8-token tiles, 4 + 4 + 4 + 1 with 4), 1 and 2
+// threads.
 TEST_P(MatmulTest, TokensInOneCallEqualEachAlone) {
   const GgmlType type = GetParam().type;
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t k = 512, rows = 21, n_tokens = 9, ldx = k + 1;
+  const int64_t k = 512, rows = 21, n_tokens = 13, ldx = k + 1;
   const GgmlTypeInfo& info = ggml_type_info(type);
   const uint64_t row_bytes = static_cast<uint64_t>(k) / info.block_elems * info.block_bytes;
   std::vector<uint8_t> wbuf(row_bytes * rows);
