@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/ops.h"
+
 namespace power {
 
 Status SamplerParams::validate(int64_t n_vocab) const {
@@ -73,13 +75,7 @@ void Sampler::prepare(const float* logits) {
 }
 
 int32_t Sampler::argmax() const {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n_vocab_; ++i) {
-    if (logits_[static_cast<size_t>(i)] > logits_[static_cast<size_t>(best)]) {
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
+  return static_cast<int32_t>(argmax_f32(logits_.data(), n_vocab_));
 }
 
 size_t Sampler::candidates(bool& sorted) {

@@ -5,6 +5,7 @@
 // path is the scalar ISA's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -173,6 +174,66 @@ TEST(OpsSimd, RopeHeadsEqualsRopePerHead) {
         rope_apply_heads(x.data(), heads, stride, pos, p);
         for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits(x[i]), bits(ref[i])) << i;
       }
+    }
+  }
+}
+
+// argmax_f32 under every SIMD path against the portable loop: random rows of every length
+// from 1 to 70 (blocks of 8 and tails), ties (the first wins), NaNs (never win; one at index 0
+// keeps 0), infinities, all-equal rows, and a rising row (every block walked).
+TEST(OpsSimd, ArgmaxGivesThePortableIndex) {
+  const auto isas = simd_isas_here();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(11);
+  std::vector<std::vector<float>> rows;
+  for (int64_t n = 1; n <= 70; ++n) {
+    rows.push_back(random_row(rng, n, 1.0f));
+    std::vector<float> ties(static_cast<size_t>(n));
+    std::uniform_int_distribution<int> small(0, 3);
+    for (float& v : ties) v = static_cast<float>(small(rng));
+    rows.push_back(ties);
+    std::vector<float> rising(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rising[static_cast<size_t>(i)] = static_cast<float>(i);
+    rows.push_back(rising);
+    rows.push_back(std::vector<float>(static_cast<size_t>(n), -1.5f));
+    std::vector<float> with_nan = random_row(rng, n, 1.0f);
+    with_nan[static_cast<size_t>(n / 2)] = nan;
+    rows.push_back(with_nan);
+    with_nan[0] = nan;
+    rows.push_back(with_nan);
+    std::vector<float> with_inf = random_row(rng, n, 1.0f);
+    with_inf[static_cast<size_t>(n - 1)] = inf;
+    with_inf[static_cast<size_t>(n / 3)] = -inf;
+    rows.push_back(with_inf);
+  }
+  // A long logits-like row whose maximum sits in the last block, and one with two equal maxima.
+  std::vector<float> logits = random_row(rng, 32003, 3.0f);
+  logits[32001] = 100.0f;
+  rows.push_back(logits);
+  logits[77] = 100.0f;
+  rows.push_back(logits);
+  std::vector<int64_t> expected;
+  {
+    IsaScope scope(CpuIsa::kScalar);
+    ASSERT_TRUE(scope.ok());
+    for (const auto& r : rows)
+      expected.push_back(argmax_f32(r.data(), static_cast<int64_t>(r.size())));
+  }
+  EXPECT_EQ(expected[expected.size() - 2], 32001);
+  EXPECT_EQ(expected.back(), 77);
+  for (CpuIsa isa : isas) {
+    IsaScope scope(isa);
+    ASSERT_TRUE(scope.ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      // Unaligned starts: the same row one float further into a copy.
+      std::vector<float> shifted(rows[i].size() + 1);
+      std::copy(rows[i].begin(), rows[i].end(), shifted.begin() + 1);
+      EXPECT_EQ(argmax_f32(rows[i].data(), static_cast<int64_t>(rows[i].size())), expected[i])
+          << cpu_isa_name(isa) << " row " << i;
+      EXPECT_EQ(argmax_f32(shifted.data() + 1, static_cast<int64_t>(rows[i].size())), expected[i])
+          << cpu_isa_name(isa) << " row " << i << " unaligned";
     }
   }
 }

@@ -96,6 +96,32 @@ __attribute__((target("avx2"))) void axpy4_f32_avx2(float* y, int64_t ldy, const
   }
 }
 
+// 8 values per compare against the best so far; only a block holding a larger value is walked
+// one by one (in order, with the running best, exactly as the portable loop), which happens
+// about log(n) times on logits. _CMP_GT_OQ is false for NaN on either side, as `>` is.
+__attribute__((target("avx2"))) int64_t argmax_f32_avx2(const float* x, int64_t n) {
+  int64_t best = 0;
+  float bv = x[0];
+  int64_t i = 1;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(bv), _CMP_GT_OQ)) == 0) continue;
+    for (int64_t j = i; j < i + 8; ++j) {
+      if (x[j] > bv) {
+        bv = x[j];
+        best = j;
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] > bv) {
+      bv = x[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
 __attribute__((target("avx,f16c"))) void round_to_f16_f16c(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -247,6 +273,17 @@ void round_to_f16(float* x, int64_t n) {
   }
 #endif
   for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+int64_t argmax_f32(const float* x, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) return argmax_f32_avx2(x, n);
+#endif
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
 }
 
 }  // namespace power

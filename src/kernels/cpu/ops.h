@@ -48,5 +48,9 @@ void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t 
                    int64_t n);
 // Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
 void round_to_f16(float* x, int64_t n);
+// The index the loop `best = 0; for i: if (x[i] > x[best]) best = i;` returns (n >= 1): the
+// first largest value; NaNs never win, and a NaN at x[0] keeps 0. Greedy sampling runs it on
+// every generated token's logits (32000+ values).
+int64_t argmax_f32(const float* x, int64_t n);
 
 }  // namespace power
