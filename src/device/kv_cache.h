@@ -64,6 +64,12 @@ class KvCache {
   // Reads one position's keys/values for one KV head as f32.
   void read_k(int layer, int block, int slot, int head, float* out) const;
   void read_v(int layer, int block, int slot, int head, float* out) const;
+  // Reads slots [slot, slot + n) of one block for one KV head as n consecutive f32 rows
+  // (head_dim_k / head_dim_v floats each): the values of n read_k / read_v calls, converted in
+  // one pass (a head's slots are contiguous in a block), which attention uses so that a
+  // 64-element row does not cost a call chain and a dispatch of its own.
+  void read_k_rows(int layer, int block, int slot, int n, int head, float* out) const;
+  void read_v_rows(int layer, int block, int slot, int n, int head, float* out) const;
 
  private:
   explicit KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {}
