@@ -193,18 +193,6 @@ void KvCache::read_v(int layer, int block, int slot, int head, float* out) const
   load(v_ptr(layer, block, slot, head), out, cfg_.head_dim_v, cfg_.dtype == GgmlType::F16);
 }
 
-void KvCache::read_k_rows(int layer, int block, int slot, int n, int head, float* out) const {
-  POWER_CHECK(slot >= 0 && n >= 0 && slot + n <= cfg_.block_tokens);
-  load(k_ptr(layer, block, slot, head), out, static_cast<int64_t>(n) * cfg_.head_dim_k,
-       cfg_.dtype == GgmlType::F16);
-}
-
-void KvCache::read_v_rows(int layer, int block, int slot, int n, int head, float* out) const {
-  POWER_CHECK(slot >= 0 && n >= 0 && slot + n <= cfg_.block_tokens);
-  load(v_ptr(layer, block, slot, head), out, static_cast<int64_t>(n) * cfg_.head_dim_v,
-       cfg_.dtype == GgmlType::F16);
-}
-
 void KvCache::copy_block(int src, int dst) {
   const uint64_t kb = k_pos_bytes_ * cfg_.block_tokens, vb = v_pos_bytes_ * cfg_.block_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l) {

@@ -64,12 +64,16 @@ class KvCache {
   // Reads one position's keys/values for one KV head as f32.
   void read_k(int layer, int block, int slot, int head, float* out) const;
   void read_v(int layer, int block, int slot, int head, float* out) const;
-  // Reads slots [slot, slot + n) of one block for one KV head as n consecutive f32 rows
-  // (head_dim_k / head_dim_v floats each): the values of n read_k / read_v calls, converted in
-  // one pass (a head's slots are contiguous in a block), which attention uses so that a
-  // 64-element row does not cost a call chain and a dispatch of its own.
-  void read_k_rows(int layer, int block, int slot, int n, int head, float* out) const;
-  void read_v_rows(int layer, int block, int slot, int n, int head, float* out) const;
+  // One position's stored key/value row for one KV head, in the cache dtype (head_dim floats, or
+  // head_dim IEEE halves for F16). Attention reads these in place (kernels/cpu/ops.h
+  // dot_f16_rows / axpy_f16_rows convert while they multiply) instead of copying each 64-value
+  // row out through read_k / read_v.
+  const uint8_t* k_row(int layer, int block, int slot, int head) const {
+    return k_ptr(layer, block, slot, head);
+  }
+  const uint8_t* v_row(int layer, int block, int slot, int head) const {
+    return v_ptr(layer, block, slot, head);
+  }
 
  private:
   explicit KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {}

@@ -155,32 +155,10 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
       p_max = std::max(p_max, p);
     }
     const int64_t span = p_max - lo_min + 1;
-    // Scratch: scores [nq x span], queries [nq x hd_k], outputs [nq x hd_v], then one KV block's
-    // rows of this head as f32 [block_tokens x max(hd_k, hd_v)].
-    const int64_t bt = cache.config().block_tokens;
-    float* scores = ws.cpu.tile_scratch(
-        thread, static_cast<uint64_t>(nq * (span + hd_k + hd_v) + bt * std::max(hd_k, hd_v)));
+    // Scratch: scores [nq x span], queries [nq x hd_k], outputs [nq x hd_v].
+    float* scores = ws.cpu.tile_scratch(thread, static_cast<uint64_t>(nq * (span + hd_k + hd_v)));
     float* qs = scores + nq * span;
     float* os = qs + nq * hd_k;
-    float* kv_rows = os + nq * hd_v;
-    // fn(j0, j1) for each run [j0, j1) of positions in [lo_min, p_max] that share a KV block,
-    // after its K (or V) rows of head kvh were read into kv_rows in one call.
-    auto for_block_runs = [&](bool keys, auto fn) {
-      for (int64_t j0 = lo_min; j0 <= p_max;) {
-        const int slot = seq.slot_of(static_cast<int>(j0));
-        const int64_t j1 = std::min(p_max + 1, j0 + (bt - slot));
-        const int block = seq.block_of(static_cast<int>(j0));
-        if (keys) {
-          cache.read_k_rows(layer, block, slot, static_cast<int>(j1 - j0), static_cast<int>(kvh),
-                            kv_rows);
-        } else {
-          cache.read_v_rows(layer, block, slot, static_cast<int>(j1 - j0), static_cast<int>(kvh),
-                            kv_rows);
-        }
-        fn(j0, j1);
-        j0 = j1;
-      }
-    };
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;
@@ -205,16 +183,23 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
         i = e;
       }
     };
-    for_block_runs(true, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        const float* row = kv_rows + (j - j0) * hd_k;
-        for_ranges(j, [&](int64_t i0, int64_t i1) {
-          float* col = scores + i0 * group * span + (j - lo_min);
-          dot_f32_rows(qs + i0 * group * hd_k, (i1 - i0) * group, hd_k, row, hd_k, col, span);
-          for (int64_t r = 0; r < (i1 - i0) * group; ++r) col[r * span] *= scale;
-        });
-      }
-    });
+    // The cached rows are read in place: an F16 row is converted inside the dot / axpy (the
+    // same values as converting it first).
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      const uint8_t* row = cache.k_row(layer, seq.block_of(static_cast<int>(j)),
+                                       seq.slot_of(static_cast<int>(j)), static_cast<int>(kvh));
+      for_ranges(j, [&](int64_t i0, int64_t i1) {
+        float* col = scores + i0 * group * span + (j - lo_min);
+        const float* qa = qs + i0 * group * hd_k;
+        if (f16_cache) {
+          dot_f16_rows(qa, (i1 - i0) * group, hd_k, row, hd_k, col, span);
+        } else {
+          dot_f32_rows(qa, (i1 - i0) * group, hd_k, reinterpret_cast<const float*>(row), hd_k, col,
+                       span);
+        }
+        for (int64_t r = 0; r < (i1 - i0) * group; ++r) col[r * span] *= scale;
+      });
+    }
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qi = i * group + g;
@@ -224,16 +209,22 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
       }
     }
     std::memset(os, 0, static_cast<size_t>(nq * hd_v) * sizeof(float));
-    // Per element one multiply, then one add, in ascending j: the order of the reference loop.
-    for_block_runs(false, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        const float* row = kv_rows + (j - j0) * hd_v;
-        for_ranges(j, [&](int64_t i0, int64_t i1) {
-          axpy_f32_rows(os + i0 * group * hd_v, (i1 - i0) * group, hd_v,
-                        scores + i0 * group * span + (j - lo_min), span, row, hd_v);
-        });
-      }
-    });
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      const uint8_t* row = cache.v_row(layer, seq.block_of(static_cast<int>(j)),
+                                       seq.slot_of(static_cast<int>(j)), static_cast<int>(kvh));
+      // Per element one multiply, then one add, in ascending j: the order of the reference
+      // loop.
+      for_ranges(j, [&](int64_t i0, int64_t i1) {
+        float* o = os + i0 * group * hd_v;
+        const float* w = scores + i0 * group * span + (j - lo_min);
+        if (f16_cache) {
+          axpy_f16_rows(o, (i1 - i0) * group, hd_v, w, span, row, hd_v);
+        } else {
+          axpy_f32_rows(o, (i1 - i0) * group, hd_v, w, span, reinterpret_cast<const float*>(row),
+                        hd_v);
+        }
+      });
+    }
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qi = i * group + g, t = t0 + i, h = kvh * group + g;

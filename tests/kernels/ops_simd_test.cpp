@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
+#include "tensor/half.h"
 
 namespace power {
 namespace {
@@ -234,6 +235,45 @@ TEST(OpsSimd, ArgmaxGivesThePortableIndex) {
           << cpu_isa_name(isa) << " row " << i;
       EXPECT_EQ(argmax_f32(shifted.data() + 1, static_cast<int64_t>(rows[i].size())), expected[i])
           << cpu_isa_name(isa) << " row " << i << " unaligned";
+    }
+  }
+}
+
+// dot_f16_rows / axpy_f16_rows (attention against an F16 KV row, converted while it multiplies)
+// give the bits of converting the row with f16_to_f32_row and calling the f32 functions, on
+// every path: 1 to 9 query rows (blocks of 4 and the rest), odd lengths, misaligned rows.
+TEST(OpsSimd, F16RowOpsGiveTheConvertedRowsBits) {
+  std::mt19937 rng(13);
+  std::vector<CpuIsa> isas = simd_isas_here();
+  isas.push_back(CpuIsa::kScalar);
+  for (int64_t n : {1, 7, 8, 9, 64, 65, 128, 131}) {
+    for (int64_t rows : {1, 3, 4, 5, 9}) {
+      std::vector<float> a = random_row(rng, rows * (n + 1) + 1, 1.0f);
+      std::vector<float> src = random_row(rng, n, 3.0f);
+      // One byte of slack so the half row can start at an odd address.
+      std::vector<uint8_t> half(static_cast<size_t>(2 * n + 1));
+      f32_to_f16_row(src.data(), half.data() + 1, n);
+      std::vector<float> conv(static_cast<size_t>(n));
+      f16_to_f32_row(half.data() + 1, conv.data(), n);
+      std::vector<float> w = random_row(rng, rows * 2, 1.0f);
+      std::vector<float> y0 = random_row(rng, rows * (n + 1), 1.0f);
+      for (CpuIsa isa : isas) {
+        IsaScope scope(isa);
+        ASSERT_TRUE(scope.ok());
+        std::vector<float> want(static_cast<size_t>(rows * 2)), got(want.size());
+        dot_f32_rows(a.data() + 1, rows, n + 1, conv.data(), n, want.data(), 2);
+        dot_f16_rows(a.data() + 1, rows, n + 1, half.data() + 1, n, got.data(), 2);
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(bits(got[static_cast<size_t>(2 * r)]), bits(want[static_cast<size_t>(2 * r)]))
+              << cpu_isa_name(isa) << " dot n=" << n << " rows=" << rows << " r=" << r;
+        }
+        std::vector<float> ya = y0, yb = y0;
+        axpy_f32_rows(ya.data(), rows, n + 1, w.data(), 2, conv.data(), n);
+        axpy_f16_rows(yb.data(), rows, n + 1, w.data(), 2, half.data() + 1, n);
+        int mismatches = 0;
+        for (size_t i = 0; i < ya.size(); ++i) mismatches += bits(ya[i]) != bits(yb[i]);
+        EXPECT_EQ(mismatches, 0) << cpu_isa_name(isa) << " axpy n=" << n << " rows=" << rows;
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -23,40 +24,68 @@ bool use_avx2_rows() {
   return cpu_isa() != CpuIsa::kScalar;  // kAvx2 or kAvx512: the CPU has AVX2 and F16C
 }
 
-__attribute__((target("avx2"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+// The row the dot / axpy functions stream against (b in dot, x in axpy): f32, or an F16
+// cache row converted on the fly (F16C; every f16 is exactly an f32, so the products are the
+// f32 function's on the converted row).
+struct RowF32 {
+  using T = float;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const float* p, int64_t i) {
+    return _mm256_loadu_ps(p + i);
+  }
+  static float load1(const float* p, int64_t i) { return p[i]; }
+};
+struct RowF16 {
+  using T = uint8_t;
+  __attribute__((target("avx2,f16c"))) static __m256 load8(const uint8_t* p, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+  }
+  static float load1(const uint8_t* p, int64_t i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return f16_to_f32(h);
+  }
+};
+
+template <class B>
+__attribute__((target("avx2,f16c"))) float dot_avx2(const float* a, const typename B::T* b,
+                                                    int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), B::load8(b, i)));
   }
   alignas(32) float l[8];
   _mm256_store_ps(l, acc);
   float s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += a[i] * B::load1(b, i);
   return s;
 }
 
-__attribute__((target("avx2"))) void axpy_f32_avx2(float* y, float a, const float* x, int64_t n) {
+template <class B>
+__attribute__((target("avx2,f16c"))) void axpy_avx2(float* y, float a, const typename B::T* x,
+                                                    int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(
-        y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    _mm256_storeu_ps(y + i,
+                     _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, B::load8(x, i))));
   }
-  for (; i < n; ++i) y[i] += a * x[i];
+  for (; i < n; ++i) y[i] += a * B::load1(x, i);
 }
 
-// dot_f32_avx2 for four rows of a against one b: four independent accumulation chains (one
-// row's is latency-bound), each lane's arithmetic and the final order as dot_f32_avx2's. The
+// dot_avx2 for four rows of a against one b: four independent accumulation chains (one
+// row's is latency-bound), each lane's arithmetic and the final order as dot_avx2's. The
 // horizontal sums of the four rows are done together: high half + low half gives
 // (l0+l4, l1+l5, l2+l6, l3+l7) per row, and two rounds of hadd then add neighbours in the
 // order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
-__attribute__((target("avx2"))) void dot4_f32_avx2(const float* a, int64_t lda, const float* b,
-                                                   int64_t n, float* out, int64_t ldo) {
+template <class B>
+__attribute__((target("avx2,f16c"))) void dot4_avx2(const float* a, int64_t lda,
+                                                    const typename B::T* b, int64_t n, float* out,
+                                                    int64_t ldo) {
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 vb = _mm256_loadu_ps(b + i);
+    const __m256 vb = B::load8(b, i);
     c0 = _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a + i), vb));
     c1 = _mm256_add_ps(c1, _mm256_mul_ps(_mm256_loadu_ps(a + lda + i), vb));
     c2 = _mm256_add_ps(c2, _mm256_mul_ps(_mm256_loadu_ps(a + 2 * lda + i), vb));
@@ -70,19 +99,21 @@ __attribute__((target("avx2"))) void dot4_f32_avx2(const float* a, int64_t lda, 
   _mm_store_ps(r, _mm_hadd_ps(s01, s23));
   for (int k = 0; k < 4; ++k) {
     float s = r[k];
-    for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * b[t];
+    for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * B::load1(b, t);
     out[k * ldo] = s;
   }
 }
 
-// axpy_f32_avx2 on four rows of y with one x: x is loaded once per 8 elements.
-__attribute__((target("avx2"))) void axpy4_f32_avx2(float* y, int64_t ldy, const float* w,
-                                                    int64_t ldw, const float* x, int64_t n) {
+// axpy_avx2 on four rows of y with one x: x is loaded (and converted) once per 8 elements.
+template <class B>
+__attribute__((target("avx2,f16c"))) void axpy4_avx2(float* y, int64_t ldy, const float* w,
+                                                     int64_t ldw, const typename B::T* x,
+                                                     int64_t n) {
   const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[ldw]);
   const __m256 w2 = _mm256_set1_ps(w[2 * ldw]), w3 = _mm256_set1_ps(w[3 * ldw]);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 vx = _mm256_loadu_ps(x + i);
+    const __m256 vx = B::load8(x, i);
     float* y0 = y + i;
     _mm256_storeu_ps(y0, _mm256_add_ps(_mm256_loadu_ps(y0), _mm256_mul_ps(w0, vx)));
     _mm256_storeu_ps(y0 + ldy, _mm256_add_ps(_mm256_loadu_ps(y0 + ldy), _mm256_mul_ps(w1, vx)));
@@ -92,8 +123,24 @@ __attribute__((target("avx2"))) void axpy4_f32_avx2(float* y, int64_t ldy, const
                      _mm256_add_ps(_mm256_loadu_ps(y0 + 3 * ldy), _mm256_mul_ps(w3, vx)));
   }
   for (int k = 0; k < 4; ++k) {
-    for (int64_t t = i; t < n; ++t) y[k * ldy + t] += w[k * ldw] * x[t];
+    for (int64_t t = i; t < n; ++t) y[k * ldy + t] += w[k * ldw] * B::load1(x, t);
   }
+}
+
+template <class B>
+void dot_rows_avx2(const float* a, int64_t rows, int64_t lda, const typename B::T* b, int64_t n,
+                   float* out, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) dot4_avx2<B>(a + r * lda, lda, b, n, out + r * ldo, ldo);
+  for (; r < rows; ++r) out[r * ldo] = dot_avx2<B>(a + r * lda, b, n);
+}
+
+template <class B>
+void axpy_rows_avx2(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                    const typename B::T* x, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) axpy4_avx2<B>(y + r * ldy, ldy, w + r * ldw, ldw, x, n);
+  for (; r < rows; ++r) axpy_avx2<B>(y + r * ldy, w[r * ldw], x, n);
 }
 
 // 8 values per compare against the best so far; only a block holding a larger value is walked
@@ -214,7 +261,7 @@ void swiglu(float* gate, const float* up, int64_t n) {
 void axpy_f32(float* __restrict y, float a, const float* __restrict x, int64_t n) {
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    axpy_f32_avx2(y, a, x, n);
+    axpy_avx2<RowF32>(y, a, x, n);
     return;
   }
 #endif
@@ -227,7 +274,7 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 float dot_f32(const float* a, const float* b, int64_t n) {
 #if defined(__x86_64__)
-  if (use_avx2_rows()) return dot_f32_avx2(a, b, n);
+  if (use_avx2_rows()) return dot_avx2<RowF32>(a, b, n);
 #endif
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -241,28 +288,52 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 
 void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int64_t n, float* out,
                   int64_t ldo) {
-  int64_t r = 0;
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    for (; r + 4 <= rows; r += 4) dot4_f32_avx2(a + r * lda, lda, b, n, out + r * ldo, ldo);
-    for (; r < rows; ++r) out[r * ldo] = dot_f32_avx2(a + r * lda, b, n);
+    dot_rows_avx2<RowF32>(a, rows, lda, b, n, out, ldo);
     return;
   }
 #endif
-  for (; r < rows; ++r) out[r * ldo] = dot_f32(a + r * lda, b, n);
+  for (int64_t r = 0; r < rows; ++r) out[r * ldo] = dot_f32(a + r * lda, b, n);
+}
+
+void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, int64_t n,
+                  float* out, int64_t ldo) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    dot_rows_avx2<RowF16>(a, rows, lda, b, n, out, ldo);
+    return;
+  }
+#endif
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(n));
+  f16_to_f32_row(b, row.data(), n);
+  dot_f32_rows(a, rows, lda, row.data(), n, out, ldo);
 }
 
 void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
                    int64_t n) {
-  int64_t r = 0;
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    for (; r + 4 <= rows; r += 4) axpy4_f32_avx2(y + r * ldy, ldy, w + r * ldw, ldw, x, n);
-    for (; r < rows; ++r) axpy_f32_avx2(y + r * ldy, w[r * ldw], x, n);
+    axpy_rows_avx2<RowF32>(y, rows, ldy, w, ldw, x, n);
     return;
   }
 #endif
-  for (; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw], x, n);
+  for (int64_t r = 0; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw], x, n);
+}
+
+void axpy_f16_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const uint8_t* x, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    axpy_rows_avx2<RowF16>(y, rows, ldy, w, ldw, x, n);
+    return;
+  }
+#endif
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(n));
+  f16_to_f32_row(x, row.data(), n);
+  axpy_f32_rows(y, rows, ldy, w, ldw, row.data(), n);
 }
 
 void round_to_f16(float* x, int64_t n) {

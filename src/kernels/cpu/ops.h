@@ -46,6 +46,13 @@ void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int
 // x.
 void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
                    int64_t n);
+// dot_f32_rows / axpy_f32_rows against an F16 row (b / x: n IEEE halves, 2 bytes each, as an F16
+// KV cache stores them): the bits of converting the row with f16_to_f32_row and calling the f32
+// function (the SIMD path converts 8 values per load instead of writing the row out first).
+void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, int64_t n,
+                  float* out, int64_t ldo);
+void axpy_f16_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const uint8_t* x, int64_t n);
 // Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
 void round_to_f16(float* x, int64_t n);
 // The index the loop `best = 0; for i: if (x[i] > x[best]) best = i;` returns (n >= 1): the
