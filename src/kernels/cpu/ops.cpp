@@ -143,6 +143,53 @@ void axpy_rows_avx2(float* y, int64_t rows, int64_t ldy, const float* w, int64_t
   for (; r < rows; ++r) axpy_avx2<B>(y + r * ldy, w[r * ldw], x, n);
 }
 
+// exp of 8 floats: 2^n * e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2 split in two
+// constants so that x - n ln 2 is exact to float precision), e^r by Cephes expf's degree-7
+// polynomial; about 1-2 ulp from the correctly rounded value (OpsSimd.SwigluIsSiluTimesUp
+// checks it against double precision). Inputs are clamped to [-87.3, 88] so 2^n stays a normal
+// float: exp of larger inputs returns exp(88) ~ 1.7e38 instead of up to 3.4e38 / infinity, of
+// smaller ones exp(-87.3) ~ 1.2e-38 instead of a subnormal or 0; SwiGLU divides by 1 + that,
+// which changes its result by less than 1e-36 absolute there.
+__attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// gate = gate / (1 + exp(-gate)) * up, 8 at a time; the last n % 8 values go through the same
+// vector code with masked loads and stores, so a value's result does not depend on where in
+// the row it sits.
+__attribute__((target("avx2,fma"))) __m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+  return _mm256_mul_ps(_mm256_div_ps(g, d), u);
+}
+
+__attribute__((target("avx2,fma"))) void swiglu_avx2(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(gate + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(
+        gate + i, mask,
+        swiglu8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+  }
+}
+
 // 8 values per compare against the best so far; only a block holding a larger value is walked
 // one by one (in order, with the running best, exactly as the portable loop), which happens
 // about log(n) times on logits. _CMP_GT_OQ is false for NaN on either side, as `>` is.
@@ -252,6 +299,12 @@ void softmax(float* x, int64_t n) {
 }
 
 void swiglu(float* gate, const float* up, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    swiglu_avx2(gate, up, n);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -30,7 +30,9 @@ void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t po
 // In-place softmax over n values; returns nothing. Max-subtracted, sum in double.
 void softmax(float* x, int64_t n);
 
-// gate[i] = silu(gate[i]) * up[i]
+// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. The portable path
+// uses std::exp; the AVX2 path a vector exp within about 2 ulp (ops.cpp exp8), as llama.cpp's
+// SIMD silu does, so the two paths may differ in the last bits.
 void swiglu(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
