@@ -153,7 +153,8 @@ void register_all() {
     if (!cpu_isa_available(isa)) continue;
     for (auto [type, name] : types) {
       const bool has_packed =
-          isa != CpuIsa::kScalar && (type == GgmlType::Q4_0 || type == GgmlType::Q8_0);
+          isa != CpuIsa::kScalar &&
+          (type == GgmlType::Q4_0 || type == GgmlType::Q8_0 || type == GgmlType::Q4_K);
       for (bool packed : {false, true}) {
         if (packed && !has_packed) continue;
         for (int64_t tokens : {1, 8, 64}) {

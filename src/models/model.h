@@ -76,7 +76,7 @@ class Model {
   // in batch order: MTP drafting (models/mtp.h) reads them.
   Status forward(Workspace& ws, std::span<const ForwardChunk> chunks, float* logits) const;
 
-  // Copies the file's Q4_0 / Q8_0 matrices into the CPU kernels' interleaved layout
+  // Copies the file's Q4_0 / Q8_0 / Q4_K matrices into the CPU kernels' interleaved layout
   // (kernels/cpu/matmul_repack.h; POWER_REPACK=0 disables it). load_model() calls it once the
   // architecture has bound its weights; token_embd is skipped unless it is also the output.
   void repack_weights();

@@ -642,7 +642,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_layer = hp.n_layer;
     info.n_embd = hp.n_embd;
     info.n_ctx = n_ctx;
-    // The mapping plus the kernels' packed copies (Q4_0/Q8_0 repacking): both are resident.
+    // The mapping plus the kernels' packed copies (Q4_0/Q8_0/Q4_K repacking): both are resident.
     info.weights_bytes = file->file_size() + model->repacked().bytes();
     info.replicas = o.replicas;
     slot->receipt_model =

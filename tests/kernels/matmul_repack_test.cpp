@@ -1,4 +1,4 @@
-// Repacked Q4_0 / Q8_0 weights (kernels/cpu/matmul_repack.h): matmul through the packed copy
+// Repacked Q4_0 / Q8_0 / Q4_K weights (kernels/cpu/matmul_repack.h): matmul through the packed copy
 // under every SIMD ISA this machine has (forced) against the peer's reference vec_dot
 // (tensor/quant.h) on the same quantized activations; row counts that are not multiples of 8
 // (the tail rows take the unpacked kernel), 1..17 tokens and a 70-token batch (tiles of 4,
@@ -91,7 +91,8 @@ void check_matmul(const Weights& w, int64_t n_tokens, int threads, std::mt19937&
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x.data() + t * ldx;
     if (simd) {
-      ASSERT_TRUE(quantize_activation_row(GgmlType::Q8_0, xt, arow.data(), w.k).ok());
+      ASSERT_TRUE(
+          quantize_activation_row(*vec_dot_activation_type(w.type), xt, arow.data(), w.k).ok());
     }
     for (int64_t r = 0; r < w.rows; ++r) {
       const uint8_t* wr = w0 + r * w.stride;
@@ -131,15 +132,23 @@ TEST_P(RepackTest, PackedMatchesReferenceUnderEverySimdIsa) {
     };
     // 8 and 64 rows: groups only; 13, 37: 1 or 4 groups plus 5 tail rows; padded odd strides
     // and an unaligned row 0 (the packed copy is aligned, the tail rows are not).
+    // Q4_K rows are super-blocks of 256: the same shapes with k rounded up to 256, 512, ....
+    const bool k_quant = type == GgmlType::Q4_K;
     for (const Shape& s : {Shape{32, 8, 0, 0}, Shape{96, 13, 0, 0}, Shape{256, 37, 3, 1},
                            Shape{768, 64, 0, 0}, Shape{160, 21, 5, 3}}) {
-      Weights w = make_weights(type, s.k, s.rows, s.pad, s.misalign, rng);
+      const int64_t k = k_quant ? (s.k + 255) / 256 * 256 + (s.k == 160 ? 256 : 0) : s.k;
+      Weights w = make_weights(type, k, s.rows, s.pad, s.misalign, rng);
       RepackedWeights packs;
       ASSERT_TRUE(packs.add(w.view));
       EXPECT_EQ(packs.n_matrices(), 1);
+      // The file's bytes per block and row (Q4_0 18 per 32, Q8_0 34 per 32), for Q4_K 144 per
+      // 256 plus 4: its 12 bytes of 6-bit scales and mins are stored as 16 bytes.
+      const uint64_t per_block_row = type == GgmlType::Q4_0   ? 18u
+                                     : type == GgmlType::Q8_0 ? 34u
+                                                              : 144u + 4u;
       EXPECT_EQ(packs.bytes(), static_cast<uint64_t>(s.rows / 8) * 8 *
-                                   (static_cast<uint64_t>(s.k) / 32) *
-                                   (type == GgmlType::Q4_0 ? 18u : 34u));
+                                   (static_cast<uint64_t>(k) / (k_quant ? 256 : 32)) *
+                                   per_block_row);
       ASSERT_TRUE(matmul_uses_repacked(w.view));
       for (int64_t tokens = 1; tokens <= 17; ++tokens) {
         check_matmul(w, tokens, tokens % 2 == 0 ? 2 : 1, rng);
@@ -155,7 +164,7 @@ TEST_P(RepackTest, ScalarPathIgnoresThePackedCopy) {
   const GgmlType type = GetParam();
   if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
   std::mt19937 rng(11);
-  Weights w = make_weights(type, 128, 19, 0, 0, rng);
+  Weights w = make_weights(type, 256, 19, 0, 0, rng);
   RepackedWeights packs;
   {
     IsaGuard guard;
@@ -177,7 +186,7 @@ TEST_P(RepackTest, RegistrySharesCopiesAndRejectsOtherViews) {
   IsaGuard guard;
   ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
   std::mt19937 rng(13);
-  Weights w = make_weights(type, 64, 24, 0, 0, rng);
+  Weights w = make_weights(type, 256, 24, 0, 0, rng);
   EXPECT_FALSE(matmul_uses_repacked(w.view));
   {
     auto a = std::make_unique<RepackedWeights>();
@@ -205,11 +214,11 @@ TEST_P(RepackTest, RegistrySharesCopiesAndRejectsOtherViews) {
   check_matmul(w, 2, 1, rng);
 
   // Too few rows, a 3-D view, a null view: nothing to pack.
-  Weights small = make_weights(type, 64, 7, 0, 0, rng);
+  Weights small = make_weights(type, 256, 7, 0, 0, rng);
   RepackedWeights d;
   EXPECT_FALSE(d.add(small.view));
   TensorView three_d = w.view;
-  three_d.ne = {64, 8, 3, 1};
+  three_d.ne = {256, 8, 3, 1};
   EXPECT_FALSE(d.add(three_d));
   EXPECT_FALSE(d.add(TensorView{}));
   EXPECT_EQ(d.n_matrices(), 0);
@@ -221,7 +230,7 @@ TEST_P(RepackTest, EnvironmentSwitchDisablesRepacking) {
   IsaGuard guard;
   ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
   std::mt19937 rng(17);
-  Weights w = make_weights(type, 64, 16, 0, 0, rng);
+  Weights w = make_weights(type, 256, 16, 0, 0, rng);
   const char* old = std::getenv("POWER_REPACK");
   const std::string saved = old ? old : "";
   for (const char* off : {"0", "off", "false", "no"}) {
@@ -239,22 +248,24 @@ TEST_P(RepackTest, EnvironmentSwitchDisablesRepacking) {
   }
 }
 
-TEST(RepackTypesTest, OnlyQ4_0AndQ8_0HaveALayout) {
-  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
+TEST(RepackTypesTest, OnlyQ4_0Q8_0AndQ4_KHaveALayout) {
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::F16,
                      GgmlType::F32}) {
     EXPECT_FALSE(matmul_repack_supported(t)) << ggml_type_info(t).name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, RepackTest, ::testing::Values(GgmlType::Q4_0, GgmlType::Q8_0),
+INSTANTIATE_TEST_SUITE_P(Types, RepackTest,
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K),
                          [](const ::testing::TestParamInfo<GgmlType>& i) {
                            return std::string(ggml_type_info(i.param).name);
                          });
 
 // matmul_same_input (one activation quantization and one hand-off for several products of the
 // same input) gives each product exactly what matmul gives it alone: packed Q4_0 / Q8_0 groups
-// with tail rows, unpacked K-quants sharing Q8_K records, and mixes that cannot share (packed
-// next to unpacked, different activation types), under every ISA incl. scalar, 1 and 2 threads.
+// with tail rows, packed Q4_K next to unpacked Q6_K sharing Q8_K records, packed next to
+// unpacked, and mixes that cannot share (different activation types), under every ISA incl.
+// scalar, 1 and 2 threads.
 TEST(MatmulSameInput, EachProductAsAlone) {
   std::vector<CpuIsa> isas = simd_isas_here();
   isas.push_back(CpuIsa::kScalar);
@@ -271,7 +282,7 @@ TEST(MatmulSameInput, EachProductAsAlone) {
   if (!simd_isas_here().empty()) {
     IsaGuard guard;
     ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
-    for (const Weights* w : {&a, &b, &c}) ASSERT_TRUE(packs.add(w->view));
+    for (const Weights* w : {&a, &b, &c, &d}) ASSERT_TRUE(packs.add(w->view));
   }
   const std::vector<std::vector<const Weights*>> sets = {{&a, &b}, {&a, &b, &a}, {&c, &c}, {&d, &e},
                                                          {&a, &d}, {&a, &c},     {&e}};

@@ -284,8 +284,9 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
                        int64_t ldx, int64_t n_tokens) {
   if (jobs.empty()) return;
   // One shared pass needs the same activation records for all (same row length and
-  // activation type) and the same kind of work items (all packed or none), so that items
-  // cost alike and the pool's even split stays balanced. Otherwise: one call each.
+  // activation type); otherwise one call each. Packed and unpacked products may share it (a
+  // Q4_K_M layer's packed Q4_K q/k next to an unpacked Q6_K v): their items cost differently
+  // (8 rows vs 4), which the pool's pieces, taken by whichever thread is free, absorb.
   const int64_t k = jobs[0].w->ne[0];
   std::vector<PreparedMatmul> prep(jobs.size());
   GgmlType act = GgmlType::F32;
@@ -304,10 +305,6 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
     act = *act_type;
     p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
     if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
-    if (i > 0 && (p.packed != nullptr) != (prep[0].packed != nullptr)) {
-      shared = false;
-      break;
-    }
   }
   if (!shared || jobs.size() == 1) {
     for (const MatmulJob& j : jobs) matmul_one(ctx, *j.w, x, ldx, n_tokens, j.y, j.ldy);

@@ -69,9 +69,17 @@ ActQuantFn act_quantizer_avx512(GgmlType act);
 
 // ---- Repacked weights (matmul_repack.h has the layout) ----
 inline constexpr int kPackRows = 8;
-// Bytes of one packed (8 rows x 32 elements) block record, 0 for types without a layout.
+// Elements per row of one packed block record: 32 (Q4_0, Q8_0) or 256 (Q4_K); 0 for types
+// without a layout.
+inline constexpr int64_t packed_block_elems(GgmlType type) {
+  return type == GgmlType::Q4_0 || type == GgmlType::Q8_0 ? 32 : type == GgmlType::Q4_K ? 256 : 0;
+}
+// Bytes of one packed block record (8 rows x packed_block_elems), 0 for types without a layout.
 inline constexpr uint64_t packed_block_bytes(GgmlType type) {
-  return type == GgmlType::Q4_0 ? 16 + 128 : type == GgmlType::Q8_0 ? 16 + 256 : 0;
+  return type == GgmlType::Q4_0   ? 16 + 128
+         : type == GgmlType::Q8_0 ? 16 + 256
+         : type == GgmlType::Q4_K ? 16 + 16 + 64 + 64 + 1024
+                                  : 0;
 }
 
 struct PackedMatrix {
@@ -80,7 +88,7 @@ struct PackedMatrix {
   int64_t rows = 0;               // rows of the original view (ne[1])
   uint64_t row_stride = 0;        // the original view's nb[1]
   int64_t n_groups = 0;           // rows / 8: packed groups; rows n_groups*8.. are not packed
-  uint64_t group_bytes = 0;       // k / 32 block records
+  uint64_t group_bytes = 0;       // k / packed_block_elems block records
   std::shared_ptr<uint8_t> data;  // 64-byte aligned, n_groups * group_bytes
   uint64_t bytes() const { return static_cast<uint64_t>(n_groups) * group_bytes; }
 };
@@ -89,7 +97,7 @@ struct PackedArgs {
   const uint8_t* w = nullptr;  // group 0
   uint64_t group_bytes = 0;
   int64_t k = 0;
-  const uint8_t* act = nullptr;  // Q8_0 activation records (layout above), token 0
+  const uint8_t* act = nullptr;  // Q8_0 (Q4_0, Q8_0) or Q8_K (Q4_K) records, token 0
   uint64_t act_stride = 0;
   int64_t n_tokens = 0;
   float* y = nullptr;  // y[t * ldy + r], r = 8 * group + row in group

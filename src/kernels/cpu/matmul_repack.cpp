@@ -1,4 +1,4 @@
-// Repacking Q4_0 / Q8_0 weights into the 8-row interleaved layout (matmul_repack.h) and the
+// Repacking Q4_0 / Q8_0 / Q4_K weights into the 8-row interleaved layout (matmul_repack.h) and the
 // registry through which matmul() finds the packed copies.
 #include "kernels/cpu/matmul_repack.h"
 
@@ -39,8 +39,31 @@ bool same_view(const kernels::PackedMatrix& p, const TensorView& w) {
          p.row_stride == w.nb[1];
 }
 
+// Q4_K: 8 rows' super-block b (ggml block_q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and
+// mins, 128 bytes of nibbles) into the record laid out in matmul_repack.h.
+void pack_block_q4_k(const uint8_t* const rows[8], int64_t b, uint8_t* out) {
+  for (int i = 0; i < kernels::kPackRows; ++i) {
+    const uint8_t* blk = rows[i] + static_cast<uint64_t>(b) * 144;
+    std::memcpy(out + 2 * i, blk, 2);           // d
+    std::memcpy(out + 16 + 2 * i, blk + 2, 2);  // dmin
+    const uint8_t* s = blk + 4;
+    for (int j = 0; j < 8; ++j) {
+      // ggml's get_scale_min_k4.
+      const uint8_t sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
+      const uint8_t m = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+      out[32 + 8 * j + i] = sc;
+      out[96 + 16 * (j / 2) + 2 * i + (j % 2)] = m;
+    }
+    for (int ch = 0; ch < 32; ++ch) std::memcpy(out + 160 + 32 * ch + 4 * i, blk + 16 + 4 * ch, 4);
+  }
+}
+
 // Copies 8 rows' block b into the packed record at `out`.
 void pack_block(GgmlType type, const uint8_t* const rows[8], int64_t b, uint8_t* out) {
+  if (type == GgmlType::Q4_K) {
+    pack_block_q4_k(rows, b, out);
+    return;
+  }
   const uint64_t src_block = type == GgmlType::Q4_0 ? 18 : 34;
   const int chunks = type == GgmlType::Q4_0 ? 4 : 8;
   for (int i = 0; i < kernels::kPackRows; ++i) {
@@ -57,7 +80,7 @@ std::shared_ptr<kernels::PackedMatrix> pack(const TensorView& w) {
   p->rows = w.ne[1];
   p->row_stride = w.nb[1];
   p->n_groups = w.ne[1] / kernels::kPackRows;
-  const int64_t nb = w.ne[0] / 32;
+  const int64_t nb = w.ne[0] / kernels::packed_block_elems(w.type);
   const uint64_t rec = kernels::packed_block_bytes(w.type);
   p->group_bytes = static_cast<uint64_t>(nb) * rec;
   const uint64_t total = (p->bytes() + 63) / 64 * 64;
@@ -105,8 +128,8 @@ bool RepackedWeights::add(const TensorView& w) {
   if (w.data == nullptr || !matmul_repack_enabled() || !matmul_repack_supported(w.type)) {
     return false;
   }
-  if (w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < kernels::kPackRows || w.ne[0] % 32 != 0 ||
-      w.ne[0] <= 0) {
+  if (w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < kernels::kPackRows ||
+      w.ne[0] % kernels::packed_block_elems(w.type) != 0 || w.ne[0] <= 0) {
     return false;
   }
   for (const void* k : keys_) {

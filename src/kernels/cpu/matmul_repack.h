@@ -1,16 +1,24 @@
-// Weight repacking for the CPU matmul: Q4_0 and Q8_0 weight matrices copied once, at model
+// Weight repacking for the CPU matmul: Q4_0, Q8_0 and Q4_K weight matrices copied once, at model
 // load, into an 8-row interleaved layout that the SIMD kernels read faster than the ggml rows.
 //
 // Layout (private to src/kernels/cpu; matmul_repack.inc reads it): the rows are taken in
-// groups of 8; group g holds, for each 32-element block b in row order, a record of
-//   f16 d[8]                       the 8 rows' block scales
-//   32-byte chunks c = 0..C-1      chunk c = for row i = 0..7: 4 bytes of row i's block
+// groups of 8; group g holds, for each block b in row order (32 elements; Q4_K: 256), a record:
+//   Q4_0 / Q8_0:
+//     f16 d[8]                     the 8 rows' block scales
+//     32-byte chunks c = 0..C-1    chunk c = for row i = 0..7: 4 bytes of row i's block
 //                                  (Q4_0: qs[4c..4c+3], C = 4; Q8_0: q[4c..4c+3], C = 8)
+//   Q4_K (1184 bytes):
+//     f16 d[8], f16 dmin[8]        the 8 rows' super-block scales
+//     u8 sc[8 sub-blocks][8 rows]  the 6-bit sub-block scales, unpacked
+//     u8 m[4][8 rows][2]           the 6-bit mins, (m[2p], m[2p+1]) per row
+//     32-byte chunks c = 0..31     as above: row i's qs[4c..4c+3] (nibbles of 8 elements)
 // so one 256-bit load holds 8 rows x 4 quantized bytes, a broadcast 4 bytes of the activation
 // block multiply all 8 rows at once, and the block's int32 sums come out as one vector of 8
-// rows: the int->float convert, the scale product and the FMA happen once per 8 rows instead
-// of once per row. Rows past the last full group of 8 are not packed; matmul computes them from
-// the original rows with the ggml-layout kernels.
+// rows: the int->float convert, the scale product and the FMA (for Q4_K also the sub-block
+// scales and the mins) happen once per 8 rows instead of once per row. Q4_K's record is 32
+// bytes longer than its 8 rows in the file (2.8 %: the scales are stored as bytes). Rows past
+// the last full group of 8 are not packed; matmul computes them from the original rows with
+// the ggml-layout kernels.
 //
 // The original tensor stays mapped and unchanged: embedding-row lookups (matrix_row_f32), the
 // scalar path (POWER_FORCE_ISA=scalar) and any other reader keep reading it. matmul() finds
@@ -18,8 +26,9 @@
 // and checked against its type, shape and row stride; a view that does not match exactly (a
 // sub-view of some rows, another stride) simply takes the unpacked path.
 //
-// Memory: the packed copy is anonymous memory of the same size as the packed rows (Q4_0: 18
-// bytes per 32 weights, Q8_0: 34, i.e. the file's bytes); the mapped file pages it was copied
+// Memory: the packed copy is anonymous memory of the size of the packed rows (Q4_0: 18 bytes
+// per 32 weights, Q8_0: 34, i.e. the file's bytes; Q4_K: 148 per 256, the file's 144 + 4);
+// the mapped file pages it was copied
 // from are read once and then stay in the page cache (reclaimable, counted in RSS until the
 // kernel drops them).
 //
@@ -51,8 +60,8 @@ class RepackedWeights {
   RepackedWeights& operator=(const RepackedWeights&) = delete;
 
   // Packs `w` when repacking is enabled, the active ISA has packed kernels and the type has a
-  // packed layout (Q4_0, Q8_0; 2-D, at least 8 rows). Returns true when `w` is now served from
-  // a packed copy (also when another owner had already packed the same view: the copy is
+  // packed layout (Q4_0, Q8_0, Q4_K; 2-D, at least 8 rows). Returns true when `w` is now served
+  // from a packed copy (also when another owner had already packed the same view: the copy is
   // shared and lives until its last owner is gone).
   bool add(const TensorView& w);
 
