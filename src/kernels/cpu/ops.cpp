@@ -350,6 +350,16 @@ void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int
   for (int64_t r = 0; r < rows; ++r) out[r * ldo] = dot_f32(a + r * lda, b, n);
 }
 
+namespace {
+// The portable path's F16 row as f32, in a per-thread buffer valid until the thread's next call.
+const float* f16_row_as_f32(const uint8_t* h, int64_t n) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(n));
+  f16_to_f32_row(h, row.data(), n);
+  return row.data();
+}
+}  // namespace
+
 void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, int64_t n,
                   float* out, int64_t ldo) {
 #if defined(__x86_64__)
@@ -358,10 +368,7 @@ void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, i
     return;
   }
 #endif
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(n));
-  f16_to_f32_row(b, row.data(), n);
-  dot_f32_rows(a, rows, lda, row.data(), n, out, ldo);
+  dot_f32_rows(a, rows, lda, f16_row_as_f32(b, n), n, out, ldo);
 }
 
 void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
@@ -383,10 +390,7 @@ void axpy_f16_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t 
     return;
   }
 #endif
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(n));
-  f16_to_f32_row(x, row.data(), n);
-  axpy_f32_rows(y, rows, ldy, w, ldw, row.data(), n);
+  axpy_f32_rows(y, rows, ldy, w, ldw, f16_row_as_f32(x, n), n);
 }
 
 void round_to_f16(float* x, int64_t n) {
