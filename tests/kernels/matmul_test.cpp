@@ -180,8 +180,9 @@ TEST(MatmulTest, KQuantTilesEveryTokenCount) {
         const uint64_t rb = static_cast<uint64_t>(k) / info.block_elems * info.block_bytes;
         const int64_t rows = 3 + 2 * (tokens % 4);  // 3, 5, 7, 9
         run_problem({type, k, rows, tokens, rb, 0}, isa, 1, seed++);
-        run_problem({type, k, rows + 4, tokens, rb + 1 + tokens % 3, 1 + tokens % 5}, isa, 2,
-                    seed++);
+        run_problem(
+            {type, k, rows + 4, tokens, rb + 1 + tokens % 3, static_cast<size_t>(1 + tokens % 5)},
+            isa, 2, seed++);
         if (HasFatalFailure()) return;
       }
     }
