@@ -185,28 +185,29 @@ struct PreparedMatmul {
   void bind(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, const uint8_t* recs,
             uint64_t rec_bytes, float* y, int64_t ldy) {
     rows = w.ne[1];
-    args.w = static_cast<const uint8_t*>(w.data);
-    args.w_row_bytes = w.nb[1];
-    args.k = w.ne[0];
-    args.x = x;
-    args.ldx = ldx;
-    args.n_tokens = n_tokens;
-    args.y = y;
-    args.ldy = ldy;
-    args.act = recs;
-    args.act_stride = rec_bytes;
+    args = {.w = static_cast<const uint8_t*>(w.data),
+            .w_row_bytes = w.nb[1],
+            .k = w.ne[0],
+            .act = recs,
+            .act_stride = rec_bytes,
+            .x = x,
+            .ldx = ldx,
+            .n_tokens = n_tokens,
+            .y = y,
+            .ldy = ldy};
     if (packed == nullptr) {
       n_items = (rows + 3) / 4;  // row chunks of at least 4 rows (decode tiles)
       return;
     }
-    pa.w = packed->data.get();
-    pa.group_bytes = packed->group_bytes;
-    pa.k = w.ne[0];
-    pa.act = recs;
-    pa.act_stride = rec_bytes;
-    pa.n_tokens = n_tokens;
-    pa.y = y;
-    pa.ldy = ldy;
+    // The packed kernels' arguments: the same activations and outputs, the packed groups.
+    pa = {.w = packed->data.get(),
+          .group_bytes = packed->group_bytes,
+          .k = args.k,
+          .act = args.act,
+          .act_stride = args.act_stride,
+          .n_tokens = args.n_tokens,
+          .y = args.y,
+          .ldy = args.ldy};
     n_groups = packed->n_groups;
     n_items = n_groups + (rows > n_groups * kernels::kPackRows ? 1 : 0);
   }
