@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul.h"
 
@@ -128,10 +129,11 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
     seq.cache().write_v(layer, seq.block_of(p), seq.slot_of(p), v + t * n_kv * hd_v);
   });
   // 2. Each (token, head) attends over its sequence's positions [lo, pos]. Work items are
-  // (block of up to kTokenBlock consecutive tokens of one sequence, KV head): each cached K/V
-  // row is read (and converted to f32) once per item and used by all the block's queries of
-  // the head group, instead of once per (token, head). Per query the arithmetic and its order
-  // are unchanged (dot, scale, softmax over [lo, pos], then o += w * v for ascending j).
+  // (block of up to kTokenBlock consecutive tokens of one sequence, KV head); per token the
+  // head group's queries go through the row-by-column products of ops.h together (4 queries x
+  // 2 keys, 4 queries x 16 output values per pass, all in registers). Per query the arithmetic
+  // and its order are those of one dot per key and one axpy per value row (dot, scale, softmax
+  // over [lo, pos], then o += w * v for ascending j), whatever the batch holds.
   const bool f16_cache =
       ws.chunks.empty() ? false : ws.chunks[0].seq->cache().config().dtype == GgmlType::F16;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_k));
@@ -169,61 +171,54 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
         if (f16_cache) round_to_f16(qs + qi * hd_k, hd_k);
       }
     }
-    // fn(i0, i1) for each maximal range of the run's tokens that attend to position j (with
-    // consecutive positions that is one range; its queries are rows i0 * group .. i1 * group).
-    auto for_ranges = [&](int64_t j, auto fn) {
-      for (int64_t i = 0; i < nt;) {
-        if (j > tp[i] || j < tlo[i]) {
-          ++i;
-          continue;
-        }
-        int64_t e = i + 1;
-        while (e < nt && j <= tp[e] && j >= tlo[e]) ++e;
-        fn(i, e);
-        i = e;
-      }
-    };
-    // The cached rows are read in place: an F16 row is converted inside the dot / axpy (the
-    // same values as converting it first).
-    for (int64_t j = lo_min; j <= p_max; ++j) {
-      const uint8_t* row = cache.k_row(layer, seq.block_of(static_cast<int>(j)),
-                                       seq.slot_of(static_cast<int>(j)), static_cast<int>(kvh));
-      for_ranges(j, [&](int64_t i0, int64_t i1) {
-        float* col = scores + i0 * group * span + (j - lo_min);
-        const float* qa = qs + i0 * group * hd_k;
-        if (f16_cache) {
-          dot_f16_rows(qa, (i1 - i0) * group, hd_k, row, hd_k, col, span);
-        } else {
-          dot_f32_rows(qa, (i1 - i0) * group, hd_k, reinterpret_cast<const float*>(row), hd_k, col,
-                       span);
-        }
-        for (int64_t r = 0; r < (i1 - i0) * group; ++r) col[r * span] *= scale;
-      });
+    // The cached rows of positions [lo_min, p_max], read in place: an F16 row is converted
+    // inside the products (the same values as converting it first).
+    thread_local std::vector<const uint8_t*> k16, v16;
+    thread_local std::vector<const float*> k32, v32;
+    const auto n_span = static_cast<size_t>(span);
+    if (f16_cache) {
+      k16.resize(n_span);
+      v16.resize(n_span);
+    } else {
+      k32.resize(n_span);
+      v32.resize(n_span);
     }
+    for (int64_t j = lo_min; j <= p_max; ++j) {
+      const int block = seq.block_of(static_cast<int>(j)), slot = seq.slot_of(static_cast<int>(j));
+      const uint8_t* kr = cache.k_row(layer, block, slot, static_cast<int>(kvh));
+      const uint8_t* vr = cache.v_row(layer, block, slot, static_cast<int>(kvh));
+      const auto at = static_cast<size_t>(j - lo_min);
+      if (f16_cache) {
+        k16[at] = kr;
+        v16[at] = vr;
+      } else {
+        k32[at] = reinterpret_cast<const float*>(kr);
+        v32[at] = reinterpret_cast<const float*>(vr);
+      }
+    }
+    // Per token, its group's queries over the positions it attends to, [tlo, tp]: scores (dot,
+    // then the scale), softmax, then o = sum over ascending j of w * v (per element a multiply,
+    // then an add: the reference loop's order).
     for (int64_t i = 0; i < nt; ++i) {
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t qi = i * group + g;
-        float* sc = scores + qi * span + (tlo[i] - lo_min);
-        softmax(sc, tp[i] - tlo[i] + 1);
-        if (f16_cache) round_to_f16(sc, tp[i] - tlo[i] + 1);
+      const int64_t off = tlo[i] - lo_min, n_j = tp[i] - tlo[i] + 1;
+      float* sc = scores + i * group * span + off;
+      const float* qa = qs + i * group * hd_k;
+      float* o = os + i * group * hd_v;
+      if (f16_cache) {
+        dot_f16_cols(qa, group, hd_k, k16.data() + off, n_j, hd_k, scale, sc, span);
+      } else {
+        dot_f32_cols(qa, group, hd_k, k32.data() + off, n_j, hd_k, scale, sc, span);
       }
-    }
-    std::memset(os, 0, static_cast<size_t>(nq * hd_v) * sizeof(float));
-    for (int64_t j = lo_min; j <= p_max; ++j) {
-      const uint8_t* row = cache.v_row(layer, seq.block_of(static_cast<int>(j)),
-                                       seq.slot_of(static_cast<int>(j)), static_cast<int>(kvh));
-      // Per element one multiply, then one add, in ascending j: the order of the reference
-      // loop.
-      for_ranges(j, [&](int64_t i0, int64_t i1) {
-        float* o = os + i0 * group * hd_v;
-        const float* w = scores + i0 * group * span + (j - lo_min);
-        if (f16_cache) {
-          axpy_f16_rows(o, (i1 - i0) * group, hd_v, w, span, row, hd_v);
-        } else {
-          axpy_f32_rows(o, (i1 - i0) * group, hd_v, w, span, reinterpret_cast<const float*>(row),
-                        hd_v);
-        }
-      });
+      for (int64_t g = 0; g < group; ++g) {
+        softmax(sc + g * span, n_j);
+        if (f16_cache) round_to_f16(sc + g * span, n_j);
+      }
+      std::memset(o, 0, static_cast<size_t>(group * hd_v) * sizeof(float));
+      if (f16_cache) {
+        axpy_f16_cols(o, group, hd_v, sc, span, v16.data() + off, n_j, hd_v);
+      } else {
+        axpy_f32_cols(o, group, hd_v, sc, span, v32.data() + off, n_j, hd_v);
+      }
     }
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {

@@ -82,10 +82,20 @@ TEST(OpsSimd, DotAndAxpyGiveThePortableBits) {
   }
 }
 
-// The row-blocked forms (four rows per load of the shared operand) give, row by row, what the
-// single-row functions give, under every ISA (row counts around the block of four, odd lengths,
-// strides wider than the rows).
-TEST(OpsSimd, RowFormsEqualOneRowAtATime) {
+// Pointers to each row of `rows` (what the column forms take: a paged KV cache's rows).
+template <typename T>
+std::vector<const T*> row_pointers(const std::vector<std::vector<T>>& rows, size_t offset) {
+  std::vector<const T*> out;
+  for (const auto& r : rows) out.push_back(r.data() + offset);
+  return out;
+}
+
+// The row-by-column forms (blocks of 4 rows x 2 columns for the dot, 4 rows x 16 values for
+// the axpy) give, entry by entry, what one dot_f32 times the scale per (row, column) and one
+// axpy_f32 per column in ascending order give, under every ISA: row counts around the block of
+// four, 1 to 5 columns (pairs and a single one), lengths around 8 and 16, strides wider than
+// the rows; entries outside the rows and columns stay untouched.
+TEST(OpsSimd, ColumnFormsEqualOneDotAtATime) {
   std::vector<CpuIsa> isas = simd_isas_here();
   isas.push_back(CpuIsa::kScalar);
   std::mt19937 rng(5);
@@ -93,21 +103,35 @@ TEST(OpsSimd, RowFormsEqualOneRowAtATime) {
     IsaScope s(isa);
     ASSERT_TRUE(s.ok());
     for (int64_t rows : {1, 3, 4, 5, 8, 11}) {
-      for (int64_t n : {5, 8, 64, 67}) {
-        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " rows=" + std::to_string(rows) +
-                     " n=" + std::to_string(n));
-        const int64_t lda = n + 3, ldo = 7;
-        std::vector<float> a = random_row(rng, rows * lda, 1.0f), b = random_row(rng, n, 1.0f);
-        std::vector<float> out(static_cast<size_t>(rows * ldo), -1.0f), ref = out;
-        dot_f32_rows(a.data(), rows, lda, b.data(), n, out.data(), ldo);
-        for (int64_t r = 0; r < rows; ++r) ref[r * ldo] = dot_f32(a.data() + r * lda, b.data(), n);
-        for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(bits(out[i]), bits(ref[i])) << i;
+      for (int64_t cols : {1, 2, 3, 5}) {
+        for (int64_t n : {5, 8, 16, 24, 64, 67}) {
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " rows=" + std::to_string(rows) +
+                       " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+          const int64_t lda = n + 3, ldo = cols + 2;
+          const float scale = 0.125f;
+          std::vector<float> a = random_row(rng, rows * lda, 1.0f);
+          std::vector<std::vector<float>> b;
+          for (int64_t c = 0; c < cols; ++c) b.push_back(random_row(rng, n, 1.0f));
+          const std::vector<const float*> bp = row_pointers(b, 0);
+          std::vector<float> out(static_cast<size_t>(rows * ldo), -1.0f), ref = out;
+          dot_f32_cols(a.data(), rows, lda, bp.data(), cols, n, scale, out.data(), ldo);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c) {
+              ref[static_cast<size_t>(r * ldo + c)] = dot_f32(a.data() + r * lda, bp[c], n) * scale;
+            }
+          }
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(bits(out[i]), bits(ref[i])) << i;
 
-        std::vector<float> y = random_row(rng, rows * lda, 1.0f), yref = y;
-        std::vector<float> w = random_row(rng, rows * ldo, 1.0f);
-        axpy_f32_rows(y.data(), rows, lda, w.data(), ldo, b.data(), n);
-        for (int64_t r = 0; r < rows; ++r) axpy_f32(yref.data() + r * lda, w[r * ldo], b.data(), n);
-        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits(y[i]), bits(yref[i])) << i;
+          std::vector<float> y = random_row(rng, rows * lda, 1.0f), yref = y;
+          std::vector<float> w = random_row(rng, rows * ldo, 1.0f);
+          axpy_f32_cols(y.data(), rows, lda, w.data(), ldo, bp.data(), cols, n);
+          for (int64_t c = 0; c < cols; ++c) {
+            for (int64_t r = 0; r < rows; ++r) {
+              axpy_f32(yref.data() + r * lda, w[static_cast<size_t>(r * ldo + c)], bp[c], n);
+            }
+          }
+          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits(y[i]), bits(yref[i])) << i;
+        }
       }
     }
   }
@@ -239,40 +263,110 @@ TEST(OpsSimd, ArgmaxGivesThePortableIndex) {
   }
 }
 
-// dot_f16_rows / axpy_f16_rows (attention against an F16 KV row, converted while it multiplies)
-// give the bits of converting the row with f16_to_f32_row and calling the f32 functions, on
-// every path: 1 to 9 query rows (blocks of 4 and the rest), odd lengths, misaligned rows.
+// dot_f16_cols / axpy_f16_cols (attention against F16 KV rows) give the bits of converting the
+// rows with f16_to_f32_row and calling the f32 forms, on every path: 1 to 9 query rows (blocks
+// of 4 and the rest), 1 to 3 columns, odd lengths, rows starting at odd addresses.
 TEST(OpsSimd, F16RowOpsGiveTheConvertedRowsBits) {
   std::mt19937 rng(13);
   std::vector<CpuIsa> isas = simd_isas_here();
   isas.push_back(CpuIsa::kScalar);
-  for (int64_t n : {1, 7, 8, 9, 64, 65, 128, 131}) {
+  for (int64_t n : {1, 7, 8, 9, 16, 64, 65, 128, 131}) {
     for (int64_t rows : {1, 3, 4, 5, 9}) {
-      std::vector<float> a = random_row(rng, rows * (n + 1) + 1, 1.0f);
-      std::vector<float> src = random_row(rng, n, 3.0f);
-      // One byte of slack so the half row can start at an odd address.
-      std::vector<uint8_t> half(static_cast<size_t>(2 * n + 1));
-      f32_to_f16_row(src.data(), half.data() + 1, n);
-      std::vector<float> conv(static_cast<size_t>(n));
-      f16_to_f32_row(half.data() + 1, conv.data(), n);
-      std::vector<float> w = random_row(rng, rows * 2, 1.0f);
-      std::vector<float> y0 = random_row(rng, rows * (n + 1), 1.0f);
-      for (CpuIsa isa : isas) {
-        IsaScope scope(isa);
-        ASSERT_TRUE(scope.ok());
-        std::vector<float> want(static_cast<size_t>(rows * 2)), got(want.size());
-        dot_f32_rows(a.data() + 1, rows, n + 1, conv.data(), n, want.data(), 2);
-        dot_f16_rows(a.data() + 1, rows, n + 1, half.data() + 1, n, got.data(), 2);
-        for (int64_t r = 0; r < rows; ++r) {
-          EXPECT_EQ(bits(got[static_cast<size_t>(2 * r)]), bits(want[static_cast<size_t>(2 * r)]))
-              << cpu_isa_name(isa) << " dot n=" << n << " rows=" << rows << " r=" << r;
+      for (int64_t cols : {1, 2, 3}) {
+        std::vector<float> a = random_row(rng, rows * (n + 1) + 1, 1.0f);
+        // One byte of slack so each half row can start at an odd address.
+        std::vector<std::vector<uint8_t>> half;
+        std::vector<std::vector<float>> conv;
+        for (int64_t c = 0; c < cols; ++c) {
+          std::vector<float> src = random_row(rng, n, 3.0f);
+          half.emplace_back(static_cast<size_t>(2 * n + 1));
+          f32_to_f16_row(src.data(), half.back().data() + 1, n);
+          conv.emplace_back(static_cast<size_t>(n));
+          f16_to_f32_row(half.back().data() + 1, conv.back().data(), n);
         }
-        std::vector<float> ya = y0, yb = y0;
-        axpy_f32_rows(ya.data(), rows, n + 1, w.data(), 2, conv.data(), n);
-        axpy_f16_rows(yb.data(), rows, n + 1, w.data(), 2, half.data() + 1, n);
-        int mismatches = 0;
-        for (size_t i = 0; i < ya.size(); ++i) mismatches += bits(ya[i]) != bits(yb[i]);
-        EXPECT_EQ(mismatches, 0) << cpu_isa_name(isa) << " axpy n=" << n << " rows=" << rows;
+        const std::vector<const uint8_t*> hp = row_pointers(half, 1);
+        const std::vector<const float*> cp = row_pointers(conv, 0);
+        const int64_t ldo = cols + 1;
+        std::vector<float> w = random_row(rng, rows * ldo, 1.0f);
+        std::vector<float> y0 = random_row(rng, rows * (n + 1), 1.0f);
+        for (CpuIsa isa : isas) {
+          IsaScope scope(isa);
+          ASSERT_TRUE(scope.ok());
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n=" + std::to_string(n) +
+                       " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+          std::vector<float> want(static_cast<size_t>(rows * ldo)), got(want.size());
+          dot_f32_cols(a.data() + 1, rows, n + 1, cp.data(), cols, n, 0.5f, want.data(), ldo);
+          dot_f16_cols(a.data() + 1, rows, n + 1, hp.data(), cols, n, 0.5f, got.data(), ldo);
+          int dot_mismatches = 0;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c) {
+              const auto i = static_cast<size_t>(r * ldo + c);
+              dot_mismatches += bits(got[i]) != bits(want[i]);
+            }
+          }
+          EXPECT_EQ(dot_mismatches, 0);
+          std::vector<float> ya = y0, yb = y0;
+          axpy_f32_cols(ya.data(), rows, n + 1, w.data(), ldo, cp.data(), cols, n);
+          axpy_f16_cols(yb.data(), rows, n + 1, w.data(), ldo, hp.data(), cols, n);
+          int mismatches = 0;
+          for (size_t i = 0; i < ya.size(); ++i) mismatches += bits(ya[i]) != bits(yb[i]);
+          EXPECT_EQ(mismatches, 0);
+        }
+      }
+    }
+  }
+}
+
+// softmax on every path against the exponentials in double precision of the same float
+// differences x - max (both paths subtract in float): within 4 ulp of the float result for
+// values above 1e-37 (the vector exp is within about 2 ulp, the inverse and the product round
+// once each), below that absolutely; -inf entries give exactly 0, and one NaN makes every
+// output NaN, as with the portable loop. Lengths around the 8-wide body and its masked tail.
+TEST(OpsSimd, SoftmaxMatchesDoublePrecision) {
+  std::vector<CpuIsa> isas = simd_isas_here();
+  isas.push_back(CpuIsa::kScalar);
+  std::mt19937 rng(23);
+  for (CpuIsa isa : isas) {
+    IsaScope scope(isa);
+    ASSERT_TRUE(scope.ok());
+    for (int64_t n : {1, 3, 8, 13, 64, 200, 515}) {
+      for (float spread : {0.1f, 3.0f, 30.0f}) {
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n=" + std::to_string(n) +
+                     " spread=" + std::to_string(spread));
+        std::vector<float> x = random_row(rng, n, spread);
+        if (n > 4) x[3] = -INFINITY;
+        float max = -INFINITY;
+        for (float v : x) max = v > max ? v : max;
+        std::vector<double> e(x.size());
+        double sum = 0.0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          e[i] = std::exp(static_cast<double>(x[i] - max));
+          sum += e[i];
+        }
+        std::vector<float> got = x;
+        softmax(got.data(), n);
+        int bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          const double want = e[i] / sum;
+          if (std::isinf(x[i])) {
+            bad += got[i] != 0.0f;
+            continue;
+          }
+          const double err = std::fabs(static_cast<double>(got[i]) - want);
+          const bool ok =
+              want < 1e-37
+                  ? err < 1e-37
+                  : err <= 4.0 * std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+          if (!ok && ++bad <= 3)
+            ADD_FAILURE() << "i=" << i << " got " << got[i] << " want " << want;
+        }
+        EXPECT_EQ(bad, 0);
+        std::vector<float> with_nan = x;
+        with_nan[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+        softmax(with_nan.data(), n);
+        int not_nan = 0;
+        for (float v : with_nan) not_nan += !std::isnan(v);
+        EXPECT_EQ(not_nan, 0);
       }
     }
   }

@@ -73,74 +73,125 @@ __attribute__((target("avx2,f16c"))) void axpy_avx2(float* y, float a, const typ
   for (; i < n; ++i) y[i] += a * B::load1(x, i);
 }
 
-// dot_avx2 for four rows of a against one b: four independent accumulation chains (one
-// row's is latency-bound), each lane's arithmetic and the final order as dot_avx2's. The
-// horizontal sums of the four rows are done together: high half + low half gives
-// (l0+l4, l1+l5, l2+l6, l3+l7) per row, and two rounds of hadd then add neighbours in the
-// order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
-template <class B>
-__attribute__((target("avx2,f16c"))) void dot4_avx2(const float* a, int64_t lda,
-                                                    const typename B::T* b, int64_t n, float* out,
-                                                    int64_t ldo) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+// Four rows of a against C columns of b: 4 x C independent accumulation chains (one row's
+// chain alone is latency-bound), each b row loaded (and converted) once per 4 rows, each a row
+// once per C columns. Per (row, column) the lanes, their fold and the tail are dot_avx2's: high
+// half + low half gives (l0+l4, l1+l5, l2+l6, l3+l7), and two rounds of hadd over four rows
+// then add neighbours in the order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
+#define POWER_UNROLL_ROWS _Pragma("GCC unroll 4")
+template <class B, int C>
+__attribute__((target("avx2,f16c"))) void dot4_cols_avx2(const float* a, int64_t lda,
+                                                         const typename B::T* const* b, int64_t n,
+                                                         float scale, float* out, int64_t ldo) {
+  __m256 acc[4][C];
+  POWER_UNROLL_ROWS
+  for (int r = 0; r < 4; ++r) {
+    POWER_UNROLL_ROWS
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 vb = B::load8(b, i);
-    c0 = _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a + i), vb));
-    c1 = _mm256_add_ps(c1, _mm256_mul_ps(_mm256_loadu_ps(a + lda + i), vb));
-    c2 = _mm256_add_ps(c2, _mm256_mul_ps(_mm256_loadu_ps(a + 2 * lda + i), vb));
-    c3 = _mm256_add_ps(c3, _mm256_mul_ps(_mm256_loadu_ps(a + 3 * lda + i), vb));
+    __m256 vb[C];
+    POWER_UNROLL_ROWS
+    for (int c = 0; c < C; ++c) vb[c] = B::load8(b[c], i);
+    POWER_UNROLL_ROWS
+    for (int r = 0; r < 4; ++r) {
+      const __m256 va = _mm256_loadu_ps(a + r * lda + i);
+      POWER_UNROLL_ROWS
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(va, vb[c]));
+    }
   }
 #define POWER_FOLD(v) _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
-  const __m128 s01 = _mm_hadd_ps(POWER_FOLD(c0), POWER_FOLD(c1));  // (r0: 04+15, 26+37, r1..)
-  const __m128 s23 = _mm_hadd_ps(POWER_FOLD(c2), POWER_FOLD(c3));
+  POWER_UNROLL_ROWS
+  for (int c = 0; c < C; ++c) {
+    const __m128 s01 = _mm_hadd_ps(POWER_FOLD(acc[0][c]), POWER_FOLD(acc[1][c]));
+    const __m128 s23 = _mm_hadd_ps(POWER_FOLD(acc[2][c]), POWER_FOLD(acc[3][c]));
+    alignas(16) float sum[4];
+    _mm_store_ps(sum, _mm_hadd_ps(s01, s23));
+    for (int k = 0; k < 4; ++k) {
+      float s = sum[k];
+      for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * B::load1(b[c], t);
+      out[k * ldo + c] = s * scale;
+    }
+  }
 #undef POWER_FOLD
-  alignas(16) float r[4];
-  _mm_store_ps(r, _mm_hadd_ps(s01, s23));
-  for (int k = 0; k < 4; ++k) {
-    float s = r[k];
-    for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * B::load1(b, t);
-    out[k * ldo] = s;
+}
+
+template <class B>
+void dot_cols_avx2(const float* a, int64_t rows, int64_t lda, const typename B::T* const* b,
+                   int64_t cols, int64_t n, float scale, float* out, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* ar = a + r * lda;
+    float* o = out + r * ldo;
+    int64_t c = 0;
+    for (; c + 2 <= cols; c += 2) dot4_cols_avx2<B, 2>(ar, lda, b + c, n, scale, o + c, ldo);
+    if (c < cols) dot4_cols_avx2<B, 1>(ar, lda, b + c, n, scale, o + c, ldo);
+  }
+  for (; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[r * ldo + c] = dot_avx2<B>(a + r * lda, b[c], n) * scale;
   }
 }
 
-// axpy_avx2 on four rows of y with one x: x is loaded (and converted) once per 8 elements.
-template <class B>
-__attribute__((target("avx2,f16c"))) void axpy4_avx2(float* y, int64_t ldy, const float* w,
-                                                     int64_t ldw, const typename B::T* x,
-                                                     int64_t n) {
-  const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[ldw]);
-  const __m256 w2 = _mm256_set1_ps(w[2 * ldw]), w3 = _mm256_set1_ps(w[3 * ldw]);
+// R rows of y (R <= 4) times V vectors of 8 elements from element i on, held in registers
+// while every column adds its term: per element the multiply and add of axpy_avx2, in
+// ascending c.
+template <class B, int R, int V>
+__attribute__((target("avx2,f16c"))) void axpy_block_avx2(float* y, int64_t ldy, const float* w,
+                                                          int64_t ldw,
+                                                          const typename B::T* const* x,
+                                                          int64_t cols, int64_t i) {
+  __m256 acc[R][V];
+  POWER_UNROLL_ROWS
+  for (int r = 0; r < R; ++r) {
+    POWER_UNROLL_ROWS
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_loadu_ps(y + r * ldy + i + 8 * v);
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    __m256 vx[V];
+    POWER_UNROLL_ROWS
+    for (int v = 0; v < V; ++v) vx[v] = B::load8(x[c], i + 8 * v);
+    POWER_UNROLL_ROWS
+    for (int r = 0; r < R; ++r) {
+      const __m256 vw = _mm256_set1_ps(w[r * ldw + c]);
+      POWER_UNROLL_ROWS
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(vw, vx[v]));
+    }
+  }
+  POWER_UNROLL_ROWS
+  for (int r = 0; r < R; ++r) {
+    POWER_UNROLL_ROWS
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + r * ldy + i + 8 * v, acc[r][v]);
+  }
+}
+
+template <class B, int R>
+void axpy_rows_cols_avx2(float* y, int64_t ldy, const float* w, int64_t ldw,
+                         const typename B::T* const* x, int64_t cols, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 vx = B::load8(x, i);
-    float* y0 = y + i;
-    _mm256_storeu_ps(y0, _mm256_add_ps(_mm256_loadu_ps(y0), _mm256_mul_ps(w0, vx)));
-    _mm256_storeu_ps(y0 + ldy, _mm256_add_ps(_mm256_loadu_ps(y0 + ldy), _mm256_mul_ps(w1, vx)));
-    _mm256_storeu_ps(y0 + 2 * ldy,
-                     _mm256_add_ps(_mm256_loadu_ps(y0 + 2 * ldy), _mm256_mul_ps(w2, vx)));
-    _mm256_storeu_ps(y0 + 3 * ldy,
-                     _mm256_add_ps(_mm256_loadu_ps(y0 + 3 * ldy), _mm256_mul_ps(w3, vx)));
+  for (; i + 16 <= n; i += 16) axpy_block_avx2<B, R, 2>(y, ldy, w, ldw, x, cols, i);
+  if (i + 8 <= n) {
+    axpy_block_avx2<B, R, 1>(y, ldy, w, ldw, x, cols, i);
+    i += 8;
   }
-  for (int k = 0; k < 4; ++k) {
-    for (int64_t t = i; t < n; ++t) y[k * ldy + t] += w[k * ldw] * B::load1(x, t);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t t = i; t < n; ++t) {
+      float s = y[r * ldy + t];
+      for (int64_t c = 0; c < cols; ++c) s += w[r * ldw + c] * B::load1(x[c], t);
+      y[r * ldy + t] = s;
+    }
   }
 }
+#undef POWER_UNROLL_ROWS
 
 template <class B>
-void dot_rows_avx2(const float* a, int64_t rows, int64_t lda, const typename B::T* b, int64_t n,
-                   float* out, int64_t ldo) {
+void axpy_cols_avx2(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                    const typename B::T* const* x, int64_t cols, int64_t n) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) dot4_avx2<B>(a + r * lda, lda, b, n, out + r * ldo, ldo);
-  for (; r < rows; ++r) out[r * ldo] = dot_avx2<B>(a + r * lda, b, n);
-}
-
-template <class B>
-void axpy_rows_avx2(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
-                    const typename B::T* x, int64_t n) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) axpy4_avx2<B>(y + r * ldy, ldy, w + r * ldw, ldw, x, n);
-  for (; r < rows; ++r) axpy_avx2<B>(y + r * ldy, w[r * ldw], x, n);
+  for (; r + 4 <= rows; r += 4) {
+    axpy_rows_cols_avx2<B, 4>(y + r * ldy, ldy, w + r * ldw, ldw, x, cols, n);
+  }
+  for (; r < rows; ++r) axpy_rows_cols_avx2<B, 1>(y + r * ldy, ldy, w + r * ldw, ldw, x, cols, n);
 }
 
 // exp of 8 floats: 2^n * e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2 split in two
@@ -188,6 +239,56 @@ __attribute__((target("avx2,fma"))) void swiglu_avx2(float* gate, const float* u
         gate + i, mask,
         swiglu8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
   }
+}
+
+// softmax with the vector exp: the max over 8 lanes (a NaN never wins, as with the portable
+// compare), exp8(x - max) with inputs below exp8's clamp (-87.3) giving 0 as the float exp
+// underflows (it would give up to 1.2e-38 otherwise) and NaN inputs staying NaN, the
+// exponentials summed in double (8 partial sums, folded in a fixed order), one multiply by the
+// inverse. The last n % 8 values go through the same vector code under a mask, so a value's
+// exponential does not depend on where in the row it sits.
+__attribute__((target("avx2,fma"))) __m256 softmax_exp8(__m256 d) {
+  __m256 e = exp8(d);
+  e = _mm256_blendv_ps(e, _mm256_setzero_ps(),
+                       _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(e, d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+}
+
+__attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(x + i), vmax);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float max = -INFINITY;
+  for (float v : lanes) max = v > max ? v : max;
+  for (; i < n; ++i) max = x[i] > max ? x[i] : max;
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  if (i < n) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 e = softmax_exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vm));
+    e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+    _mm256_maskstore_ps(x + i, mask, e);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double part[4];
+  _mm256_store_pd(part, _mm256_add_pd(s0, s1));
+  const double sum = (part[0] + part[2]) + (part[1] + part[3]);
+  const float inv = static_cast<float>(1.0 / sum);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+  for (; i < n; ++i) x[i] *= inv;
 }
 
 // 8 values per compare against the best so far; only a block holding a larger value is walked
@@ -287,6 +388,12 @@ void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t po
 }
 
 void softmax(float* x, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    softmax_avx2(x, n);
+    return;
+  }
+#endif
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
   double sum = 0.0;
@@ -339,15 +446,30 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int64_t n, float* out,
-                  int64_t ldo) {
+void dot_f32_cols(const float* a, int64_t rows, int64_t lda, const float* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo) {
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    dot_rows_avx2<RowF32>(a, rows, lda, b, n, out, ldo);
+    dot_cols_avx2<RowF32>(a, rows, lda, b, cols, n, scale, out, ldo);
     return;
   }
 #endif
-  for (int64_t r = 0; r < rows; ++r) out[r * ldo] = dot_f32(a + r * lda, b, n);
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) out[r * ldo + c] = dot_f32(a + r * lda, b[c], n) * scale;
+  }
+}
+
+void axpy_f32_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const float* const* x, int64_t cols, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    axpy_cols_avx2<RowF32>(y, rows, ldy, w, ldw, x, cols, n);
+    return;
+  }
+#endif
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw + c], x[c], n);
+  }
 }
 
 namespace {
@@ -360,37 +482,32 @@ const float* f16_row_as_f32(const uint8_t* h, int64_t n) {
 }
 }  // namespace
 
-void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, int64_t n,
-                  float* out, int64_t ldo) {
+void dot_f16_cols(const float* a, int64_t rows, int64_t lda, const uint8_t* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo) {
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    dot_rows_avx2<RowF16>(a, rows, lda, b, n, out, ldo);
+    dot_cols_avx2<RowF16>(a, rows, lda, b, cols, n, scale, out, ldo);
     return;
   }
 #endif
-  dot_f32_rows(a, rows, lda, f16_row_as_f32(b, n), n, out, ldo);
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* row = f16_row_as_f32(b[c], n);
+    dot_f32_cols(a, rows, lda, &row, 1, n, scale, out + c, ldo);
+  }
 }
 
-void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
-                   int64_t n) {
+void axpy_f16_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const uint8_t* const* x, int64_t cols, int64_t n) {
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    axpy_rows_avx2<RowF32>(y, rows, ldy, w, ldw, x, n);
+    axpy_cols_avx2<RowF16>(y, rows, ldy, w, ldw, x, cols, n);
     return;
   }
 #endif
-  for (int64_t r = 0; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw], x, n);
-}
-
-void axpy_f16_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
-                   const uint8_t* x, int64_t n) {
-#if defined(__x86_64__)
-  if (use_avx2_rows()) {
-    axpy_rows_avx2<RowF16>(y, rows, ldy, w, ldw, x, n);
-    return;
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* row = f16_row_as_f32(x[c], n);
+    axpy_f32_cols(y, rows, ldy, w + c, ldw, &row, 1, n);
   }
-#endif
-  axpy_f32_rows(y, rows, ldy, w, ldw, f16_row_as_f32(x, n), n);
 }
 
 void round_to_f16(float* x, int64_t n) {

@@ -27,7 +27,9 @@ void rope_apply(float* head, int64_t pos, const RopeParams& p);
 void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t pos,
                       const RopeParams& p);
 
-// In-place softmax over n values; returns nothing. Max-subtracted, sum in double.
+// In-place softmax over n values; returns nothing. Max-subtracted, sum in double. The portable
+// path uses std::exp, the AVX2 path the vector exp SwiGLU uses (within a few ulp; exponentials
+// below about 1e-38 become 0), so the two paths may differ in the last bits.
 void softmax(float* x, int64_t n);
 
 // gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. The portable path
@@ -40,21 +42,25 @@ void add_inplace(float* y, const float* x, int64_t n);
 void axpy_f32(float* y, float a, const float* x, int64_t n);
 // Dot product of two f32 rows with 8 partial sums.
 float dot_f32(const float* a, const float* b, int64_t n);
-// out[r * ldo] = dot_f32(a + r * lda, b, n) for r < rows (the same bits), rows computed four at
-// a time against one load of b.
-void dot_f32_rows(const float* a, int64_t rows, int64_t lda, const float* b, int64_t n, float* out,
-                  int64_t ldo);
-// axpy_f32(y + r * ldy, w[r * ldw], x, n) for r < rows (the same bits); y rows must not overlap
-// x.
-void axpy_f32_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const float* x,
-                   int64_t n);
-// dot_f32_rows / axpy_f32_rows against an F16 row (b / x: n IEEE halves, 2 bytes each, as an F16
-// KV cache stores them): the bits of converting the row with f16_to_f32_row and calling the f32
-// function (the SIMD path converts 8 values per load instead of writing the row out first).
-void dot_f16_rows(const float* a, int64_t rows, int64_t lda, const uint8_t* b, int64_t n,
-                  float* out, int64_t ldo);
-void axpy_f16_rows(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
-                   const uint8_t* x, int64_t n);
+// Attention's two products over a run of cached rows (keys or values; each its own pointer, as
+// a paged KV cache holds them):
+// out[r * ldo + c] = dot_f32(a + r * lda, b[c], n) * scale for r < rows, c < cols, with the bits
+// of dot_f32 and one multiply (the SIMD path computes 4 rows x 2 columns per pass: each b row
+// is loaded once per 4 rows of a, each a row once per 2 columns).
+void dot_f32_cols(const float* a, int64_t rows, int64_t lda, const float* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo);
+// For c = 0, 1, .. cols - 1 in turn and r < rows: axpy_f32(y + r * ldy, w[r * ldw + c], x[c], n),
+// the same bits (per element one multiply, then one add, in ascending c); the SIMD path holds 4
+// rows x 16 elements of y in registers across all columns. y rows must not overlap x or w.
+void axpy_f32_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const float* const* x, int64_t cols, int64_t n);
+// dot_f32_cols / axpy_f32_cols against F16 rows (b[c] / x[c]: n IEEE halves, 2 bytes each, as an
+// F16 KV cache stores them): the bits of converting each row with f16_to_f32_row and calling the
+// f32 function (the SIMD path converts 8 values per load instead of writing the rows out first).
+void dot_f16_cols(const float* a, int64_t rows, int64_t lda, const uint8_t* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo);
+void axpy_f16_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const uint8_t* const* x, int64_t cols, int64_t n);
 // Rounds each value to the nearest f16 and back (to mirror an F16 cache's rounding of inputs).
 void round_to_f16(float* x, int64_t n);
 // The index the loop `best = 0; for i: if (x[i] > x[best]) best = i;` returns (n >= 1): the
