@@ -197,8 +197,8 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
       }
     }
     // Per token, its group's queries over the positions it attends to, [tlo, tp]: scores (dot,
-    // then the scale), softmax, then o = sum over ascending j of w * v (per element a multiply,
-    // then an add: the reference loop's order).
+    // then the scale), softmax, then o = sum over ascending j of w * v (per element one fused
+    // multiply-add per j: the reference loop's order).
     for (int64_t i = 0; i < nt; ++i) {
       const int64_t off = tlo[i] - lo_min, n_j = tp[i] - tlo[i] + 1;
       float* sc = scores + i * group * span + off;

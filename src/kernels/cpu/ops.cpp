@@ -14,9 +14,10 @@
 namespace power {
 
 // AVX2 / F16C versions of the attention row operations, chosen at run time (this file is
-// compiled for the baseline ISA). Each gives the portable loop's bits: the same multiply then
-// add per lane (no fused multiply-add), the same final summation order, the same f16 rounding
-// (round to nearest even; only a NaN's payload may differ, it stays a NaN).
+// compiled for the baseline ISA). Each gives the portable loop's bits: the same fused
+// multiply-add per lane (std::fma there, one rounding, as llama.cpp's FMA dot products round),
+// the same final summation order, the same f16 rounding (round to nearest even; only a NaN's
+// payload may differ, it stays a NaN).
 #if defined(__x86_64__)
 namespace {
 
@@ -47,30 +48,29 @@ struct RowF16 {
 };
 
 template <class B>
-__attribute__((target("avx2,f16c"))) float dot_avx2(const float* a, const typename B::T* b,
-                                                    int64_t n) {
+__attribute__((target("avx2,f16c,fma"))) float dot_avx2(const float* a, const typename B::T* b,
+                                                        int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), B::load8(b, i)));
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), B::load8(b, i), acc);
   }
   alignas(32) float l[8];
   _mm256_store_ps(l, acc);
   float s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-  for (; i < n; ++i) s += a[i] * B::load1(b, i);
+  for (; i < n; ++i) s = std::fma(a[i], B::load1(b, i), s);
   return s;
 }
 
 template <class B>
-__attribute__((target("avx2,f16c"))) void axpy_avx2(float* y, float a, const typename B::T* x,
-                                                    int64_t n) {
+__attribute__((target("avx2,f16c,fma"))) void axpy_avx2(float* y, float a, const typename B::T* x,
+                                                        int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i,
-                     _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, B::load8(x, i))));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, B::load8(x, i), _mm256_loadu_ps(y + i)));
   }
-  for (; i < n; ++i) y[i] += a * B::load1(x, i);
+  for (; i < n; ++i) y[i] = std::fma(a, B::load1(x, i), y[i]);
 }
 
 // Four rows of a against C columns of b: 4 x C independent accumulation chains (one row's
@@ -80,9 +80,10 @@ __attribute__((target("avx2,f16c"))) void axpy_avx2(float* y, float a, const typ
 // then add neighbours in the order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
 #define POWER_UNROLL_ROWS _Pragma("GCC unroll 4")
 template <class B, int C>
-__attribute__((target("avx2,f16c"))) void dot4_cols_avx2(const float* a, int64_t lda,
-                                                         const typename B::T* const* b, int64_t n,
-                                                         float scale, float* out, int64_t ldo) {
+__attribute__((target("avx2,f16c,fma"))) void dot4_cols_avx2(const float* a, int64_t lda,
+                                                             const typename B::T* const* b,
+                                                             int64_t n, float scale, float* out,
+                                                             int64_t ldo) {
   __m256 acc[4][C];
   POWER_UNROLL_ROWS
   for (int r = 0; r < 4; ++r) {
@@ -98,7 +99,7 @@ __attribute__((target("avx2,f16c"))) void dot4_cols_avx2(const float* a, int64_t
     for (int r = 0; r < 4; ++r) {
       const __m256 va = _mm256_loadu_ps(a + r * lda + i);
       POWER_UNROLL_ROWS
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(va, vb[c]));
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(va, vb[c], acc[r][c]);
     }
   }
 #define POWER_FOLD(v) _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
@@ -110,7 +111,7 @@ __attribute__((target("avx2,f16c"))) void dot4_cols_avx2(const float* a, int64_t
     _mm_store_ps(sum, _mm_hadd_ps(s01, s23));
     for (int k = 0; k < 4; ++k) {
       float s = sum[k];
-      for (int64_t t = i; t < n; ++t) s += a[k * lda + t] * B::load1(b[c], t);
+      for (int64_t t = i; t < n; ++t) s = std::fma(a[k * lda + t], B::load1(b[c], t), s);
       out[k * ldo + c] = s * scale;
     }
   }
@@ -137,10 +138,10 @@ void dot_cols_avx2(const float* a, int64_t rows, int64_t lda, const typename B::
 // while every column adds its term: per element the multiply and add of axpy_avx2, in
 // ascending c.
 template <class B, int R, int V>
-__attribute__((target("avx2,f16c"))) void axpy_block_avx2(float* y, int64_t ldy, const float* w,
-                                                          int64_t ldw,
-                                                          const typename B::T* const* x,
-                                                          int64_t cols, int64_t i) {
+__attribute__((target("avx2,f16c,fma"))) void axpy_block_avx2(float* y, int64_t ldy, const float* w,
+                                                              int64_t ldw,
+                                                              const typename B::T* const* x,
+                                                              int64_t cols, int64_t i) {
   __m256 acc[R][V];
   POWER_UNROLL_ROWS
   for (int r = 0; r < R; ++r) {
@@ -155,7 +156,7 @@ __attribute__((target("avx2,f16c"))) void axpy_block_avx2(float* y, int64_t ldy,
     for (int r = 0; r < R; ++r) {
       const __m256 vw = _mm256_set1_ps(w[r * ldw + c]);
       POWER_UNROLL_ROWS
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(vw, vx[v]));
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(vw, vx[v], acc[r][v]);
     }
   }
   POWER_UNROLL_ROWS
@@ -177,7 +178,7 @@ void axpy_rows_cols_avx2(float* y, int64_t ldy, const float* w, int64_t ldw,
   for (int r = 0; r < R; ++r) {
     for (int64_t t = i; t < n; ++t) {
       float s = y[r * ldy + t];
-      for (int64_t c = 0; c < cols; ++c) s += w[r * ldw + c] * B::load1(x[c], t);
+      for (int64_t c = 0; c < cols; ++c) s = std::fma(w[r * ldw + c], B::load1(x[c], t), s);
       y[r * ldy + t] = s;
     }
   }
@@ -425,7 +426,7 @@ void axpy_f32(float* __restrict y, float a, const float* __restrict x, int64_t n
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
@@ -439,10 +440,10 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 8; ++j) acc[j] = std::fma(a[i + j], b[i + j], acc[j]);
   }
   float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 

@@ -38,9 +38,9 @@ void softmax(float* x, int64_t n);
 void swiglu(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
-// y[i] += a * x[i] (a multiply, then an add: no fused rounding); y and x must not overlap.
+// y[i] = fma(a, x[i], y[i]) (one rounding); y and x must not overlap.
 void axpy_f32(float* y, float a, const float* x, int64_t n);
-// Dot product of two f32 rows with 8 partial sums.
+// Dot product of two f32 rows with 8 partial sums, each a chain of fused multiply-adds.
 float dot_f32(const float* a, const float* b, int64_t n);
 // Attention's two products over a run of cached rows (keys or values; each its own pointer, as
 // a paged KV cache holds them):
@@ -50,8 +50,8 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void dot_f32_cols(const float* a, int64_t rows, int64_t lda, const float* const* b, int64_t cols,
                   int64_t n, float scale, float* out, int64_t ldo);
 // For c = 0, 1, .. cols - 1 in turn and r < rows: axpy_f32(y + r * ldy, w[r * ldw + c], x[c], n),
-// the same bits (per element one multiply, then one add, in ascending c); the SIMD path holds 4
-// rows x 16 elements of y in registers across all columns. y rows must not overlap x or w.
+// the same bits (per element one fused multiply-add per column, in ascending c); the SIMD path
+// holds 4 rows x 16 elements of y in registers across all columns. y rows must not overlap x or w.
 void axpy_f32_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
                    const float* const* x, int64_t cols, int64_t n);
 // dot_f32_cols / axpy_f32_cols against F16 rows (b[c] / x[c]: n IEEE halves, 2 bytes each, as an
