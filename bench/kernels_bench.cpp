@@ -8,6 +8,7 @@
 // quantizers (f32 row -> kernel record) on one 2048-element row.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_repack.h"
+#include "kernels/cpu/ops.h"
+#include "tensor/half.h"
 #include "tensor/quant.h"
 
 namespace power {
@@ -132,6 +135,43 @@ void BM_act_quant(benchmark::State& state, GgmlType act, CpuIsa isa) {
                          benchmark::Counter::kIsRate);
 }
 
+// Attention of one token's head group over `keys` cached positions of an F16 KV cache (what
+// the decoder runs per token and KV head: TinyLlama's 8 query heads per KV head, head_dim 64):
+// scores by dot_f16_cols, softmax per query, values by axpy_f16_cols. Counter: multiply-adds
+// (2 x rows x keys x head_dim) as FLOP/s.
+void BM_attention(benchmark::State& state, CpuIsa isa, int64_t keys) {
+  if (!set_cpu_isa_for_testing(isa)) {
+    state.SkipWithError("ISA not available on this CPU");
+    return;
+  }
+  constexpr int64_t kRowsQ = 8, kDim = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(kRowsQ * kDim), kv(static_cast<size_t>(keys * kDim));
+  for (auto& v : q) v = nd(rng);
+  for (auto& v : kv) v = nd(rng);
+  std::vector<uint8_t> k16(static_cast<size_t>(keys * kDim * 2)), v16(k16.size());
+  f32_to_f16_row(kv.data(), k16.data(), keys * kDim);
+  for (auto& v : kv) v = nd(rng);
+  f32_to_f16_row(kv.data(), v16.data(), keys * kDim);
+  std::vector<const uint8_t*> kp, vp;
+  for (int64_t j = 0; j < keys; ++j) {
+    kp.push_back(k16.data() + j * kDim * 2);
+    vp.push_back(v16.data() + j * kDim * 2);
+  }
+  std::vector<float> scores(static_cast<size_t>(kRowsQ * keys)), out(kRowsQ * kDim);
+  for (auto _ : state) {
+    dot_f16_cols(q.data(), kRowsQ, kDim, kp.data(), keys, kDim, 0.125f, scores.data(), keys);
+    for (int64_t r = 0; r < kRowsQ; ++r) softmax(scores.data() + r * keys, keys);
+    std::fill(out.begin(), out.end(), 0.0f);
+    axpy_f16_cols(out.data(), kRowsQ, kDim, scores.data(), keys, vp.data(), keys, kDim);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      4.0 * kRowsQ * kDim * static_cast<double>(keys) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
 void register_all() {
   for (auto [act, name] : {std::pair<GgmlType, const char*>{GgmlType::Q8_0, "Q8_0"},
                            {GgmlType::Q8_1, "Q8_1"},
@@ -142,6 +182,14 @@ void register_all() {
           std::string("act_quant/") + name + "/" +
           (isa == CpuIsa::kScalar ? std::string("reference") : std::string(cpu_isa_name(isa)));
       benchmark::RegisterBenchmark(id.c_str(), BM_act_quant, act, isa);
+    }
+  }
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_isa_available(isa)) continue;
+    for (int64_t keys : {64, 512, 4096}) {
+      const std::string id = std::string("attention/f16/") + std::string(cpu_isa_name(isa)) +
+                             "/keys:" + std::to_string(keys);
+      benchmark::RegisterBenchmark(id.c_str(), BM_attention, isa, keys);
     }
   }
   const std::pair<GgmlType, const char*> types[] = {

@@ -57,7 +57,7 @@ __attribute__((target("avx2,f16c,fma"))) float dot_avx2(const float* a, const ty
   }
   alignas(32) float l[8];
   _mm256_store_ps(l, acc);
-  float s = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+  float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   for (; i < n; ++i) s = std::fma(a[i], B::load1(b, i), s);
   return s;
 }
@@ -73,17 +73,18 @@ __attribute__((target("avx2,f16c,fma"))) void axpy_avx2(float* y, float a, const
   for (; i < n; ++i) y[i] = std::fma(a, B::load1(x, i), y[i]);
 }
 
-// Four rows of a against C columns of b: 4 x C independent accumulation chains (one row's
-// chain alone is latency-bound), each b row loaded (and converted) once per 4 rows, each a row
-// once per C columns. Per (row, column) the lanes, their fold and the tail are dot_avx2's: high
-// half + low half gives (l0+l4, l1+l5, l2+l6, l3+l7), and two rounds of hadd over four rows
-// then add neighbours in the order ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
+// Four rows of a against C (1 or 2) columns of b: 4 x C independent accumulation chains (one
+// row's chain alone is latency-bound), each b row loaded (and converted) once per 4 rows, each
+// a row once per C columns. Per (row, column) the lanes, their fold and the tail are
+// dot_avx2's: hadd of two chains gives (l0+l1, l2+l3) of each per 128-bit half, a second hadd
+// ((l0+l1)+(l2+l3)) per half, and low half + high half adds the two halves; the 4 x C results
+// come out in one vector (rows by columns), scaled with one multiply.
 #define POWER_UNROLL_ROWS _Pragma("GCC unroll 4")
 template <class B, int C>
-__attribute__((target("avx2,f16c,fma"))) void dot4_cols_avx2(const float* a, int64_t lda,
-                                                             const typename B::T* const* b,
-                                                             int64_t n, float scale, float* out,
-                                                             int64_t ldo) {
+__attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_avx2(
+    const float* a, int64_t lda, const typename B::T* const* b, int64_t n, float scale, float* out,
+    int64_t ldo) {
+  static_assert(C == 1 || C == 2);
   __m256 acc[4][C];
   POWER_UNROLL_ROWS
   for (int r = 0; r < 4; ++r) {
@@ -102,25 +103,53 @@ __attribute__((target("avx2,f16c,fma"))) void dot4_cols_avx2(const float* a, int
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(va, vb[c], acc[r][c]);
     }
   }
-#define POWER_FOLD(v) _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
-  POWER_UNROLL_ROWS
-  for (int c = 0; c < C; ++c) {
-    const __m128 s01 = _mm_hadd_ps(POWER_FOLD(acc[0][c]), POWER_FOLD(acc[1][c]));
-    const __m128 s23 = _mm_hadd_ps(POWER_FOLD(acc[2][c]), POWER_FOLD(acc[3][c]));
-    alignas(16) float sum[4];
-    _mm_store_ps(sum, _mm_hadd_ps(s01, s23));
-    for (int k = 0; k < 4; ++k) {
-      float s = sum[k];
+  alignas(32) float sum[8];
+  if constexpr (C == 2) {
+    // Chains in the order (r0c0, r0c1, r1c0, r1c1, ..): the result vector is that order too.
+    const __m256 g1 =
+        _mm256_hadd_ps(_mm256_hadd_ps(acc[0][0], acc[0][1]), _mm256_hadd_ps(acc[1][0], acc[1][1]));
+    const __m256 g2 =
+        _mm256_hadd_ps(_mm256_hadd_ps(acc[2][0], acc[2][1]), _mm256_hadd_ps(acc[3][0], acc[3][1]));
+    const __m256 r =
+        _mm256_add_ps(_mm256_permute2f128_ps(g1, g2, 0x20), _mm256_permute2f128_ps(g1, g2, 0x31));
+    if (i == n) {
+      const __m256 rs = _mm256_mul_ps(r, _mm256_set1_ps(scale));
+      const __m128 lo = _mm256_castps256_ps128(rs), hi = _mm256_extractf128_ps(rs, 1);
+      _mm_storel_pi(reinterpret_cast<__m64*>(out), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out + ldo), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * ldo), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out + 3 * ldo), hi);
+      return;
+    }
+    _mm256_store_ps(sum, r);
+  } else {
+    const __m256 g =
+        _mm256_hadd_ps(_mm256_hadd_ps(acc[0][0], acc[1][0]), _mm256_hadd_ps(acc[2][0], acc[3][0]));
+    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1));
+    if (i == n) {
+      alignas(16) float rs[4];
+      _mm_store_ps(rs, _mm_mul_ps(r, _mm_set1_ps(scale)));
+      for (int k = 0; k < 4; ++k) out[k * ldo] = rs[k];
+      return;
+    }
+    _mm_store_ps(sum, r);
+  }
+  // A length that is not a multiple of 8: the rest element by element, then the scale.
+  for (int k = 0; k < 4; ++k) {
+    for (int c = 0; c < C; ++c) {
+      float s = sum[k * C + c];
       for (int64_t t = i; t < n; ++t) s = std::fma(a[k * lda + t], B::load1(b[c], t), s);
       out[k * ldo + c] = s * scale;
     }
   }
-#undef POWER_FOLD
 }
 
 template <class B>
-void dot_cols_avx2(const float* a, int64_t rows, int64_t lda, const typename B::T* const* b,
-                   int64_t cols, int64_t n, float scale, float* out, int64_t ldo) {
+__attribute__((target("avx2,f16c,fma"))) void dot_cols_avx2(const float* a, int64_t rows,
+                                                            int64_t lda,
+                                                            const typename B::T* const* b,
+                                                            int64_t cols, int64_t n, float scale,
+                                                            float* out, int64_t ldo) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     const float* ar = a + r * lda;
@@ -442,7 +471,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     for (int j = 0; j < 8; ++j) acc[j] = std::fma(a[i + j], b[i + j], acc[j]);
   }
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
