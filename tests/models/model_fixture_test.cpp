@@ -180,6 +180,46 @@ TEST_P(ArchFixture, F16KvCacheMatchesPeerDefault) {
   EXPECT_EQ(vs_peer.top1_agree, 48);
 }
 
+// A token's logits do not depend on how the prompt was cut into passes: the 48 tokens in one
+// pass (attention in runs of 16 tokens) give bit for bit the logits of passes of 1, 5, 16, 3,
+// 7 and 16 tokens (decode steps, runs that start inside a run, partial runs), with an F32 and
+// an F16 cache, on Q4_K_M weights (packed Q4_K and row-wise Q6_K products) and F32 weights.
+// Speculative decoding's exact rollback and the scheduler's chunked prefill rely on it.
+TEST_P(ArchFixture, LogitsDoNotDependOnHowThePromptIsCut) {
+  POWER_REQUIRE_SHARED();
+  const std::string arch = GetParam();
+  const std::string dir = testing::shared_dir() + "/fixtures/models/" + arch;
+  const auto tokens = read_ids(dir + "/tokens.txt");
+  ASSERT_EQ(tokens.size(), 48u);
+  for (const char* variant : {"-Q4_K_M", "-F32"}) {
+    for (GgmlType kv : {GgmlType::F32, GgmlType::F16}) {
+      SCOPED_TRACE(std::string(variant) + (kv == GgmlType::F16 ? " kv f16" : " kv f32"));
+      Loaded l = load(dir + "/" + arch + variant + ".gguf", kv);
+      ASSERT_TRUE(l.model);
+      const int64_t n_vocab = l.model->hparams().n_vocab;
+      const std::vector<float> whole = all_logits(l, tokens);
+      KvSequence seq(l.kv.get());
+      std::vector<float> cut;
+      size_t at = 0;
+      for (size_t n : {1, 5, 16, 3, 7, 16}) {
+        std::vector<int32_t> part(tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                                  tokens.begin() + static_cast<std::ptrdiff_t>(at + n));
+        ForwardChunk chunk{&seq, part, true};
+        std::vector<float> out(n * static_cast<size_t>(n_vocab));
+        ASSERT_TRUE(
+            l.model->forward(*l.ws, std::span<const ForwardChunk>(&chunk, 1), out.data()).ok());
+        cut.insert(cut.end(), out.begin(), out.end());
+        at += n;
+      }
+      ASSERT_EQ(at, tokens.size());
+      ASSERT_EQ(cut.size(), whole.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < whole.size(); ++i) differ += whole[i] != cut[i];
+      EXPECT_EQ(differ, 0u);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Decoders, ArchFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "phi3"));
 
