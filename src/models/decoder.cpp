@@ -196,29 +196,63 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
         v32[at] = reinterpret_cast<const float*>(vr);
       }
     }
-    // Per token, its group's queries over the positions it attends to, [tlo, tp]: scores (dot,
-    // then the scale), softmax, then o = sum over ascending j of w * v (per element one fused
-    // multiply-add per j: the reference loop's order).
+    // Scores (dot, then the scale) of query rows `rows` from qa against keys [j0, j0 + n), into
+    // the rows' score lines from sc on; values o += w * v over the same keys, ascending (per
+    // element one fused multiply-add per key: the reference loop's order).
+    auto dot = [&](const float* qa, int64_t rows, int64_t j0, int64_t n, float* sc) {
+      if (n <= 0) return;
+      const int64_t off = j0 - lo_min;
+      if (f16_cache) {
+        dot_f16_cols(qa, rows, hd_k, k16.data() + off, n, hd_k, scale, sc + off, span);
+      } else {
+        dot_f32_cols(qa, rows, hd_k, k32.data() + off, n, hd_k, scale, sc + off, span);
+      }
+    };
+    auto axpy = [&](float* o, int64_t rows, const float* sc, int64_t j0, int64_t n) {
+      if (n <= 0) return;
+      const int64_t off = j0 - lo_min;
+      if (f16_cache) {
+        axpy_f16_cols(o, rows, hd_v, sc + off, span, v16.data() + off, n, hd_v);
+      } else {
+        axpy_f32_cols(o, rows, hd_v, sc + off, span, v32.data() + off, n, hd_v);
+      }
+    };
+    // Keys every token of the run attends to, [c_lo, c_hi] (consecutive positions without a
+    // window: from 0 to the first token's position): one call takes all the run's queries as
+    // rows, so a cached row is read once per 4 queries of any tokens (a model with one query
+    // head per KV head gets 4-row tiles too). The other keys of each token (the diagonal, and
+    // under a sliding window the start), per token.
+    int64_t c_lo = 0, c_hi = INT64_MAX;
     for (int64_t i = 0; i < nt; ++i) {
-      const int64_t off = tlo[i] - lo_min, n_j = tp[i] - tlo[i] + 1;
-      float* sc = scores + i * group * span + off;
+      c_lo = std::max(c_lo, tlo[i]);
+      c_hi = std::min(c_hi, tp[i]);
+    }
+    if (c_lo > c_hi) {  // none: every key per token
+      c_lo = p_max + 1;
+      c_hi = p_max;
+    }
+    dot(qs, nq, c_lo, c_hi - c_lo + 1, scores);
+    for (int64_t i = 0; i < nt; ++i) {
       const float* qa = qs + i * group * hd_k;
-      float* o = os + i * group * hd_v;
-      if (f16_cache) {
-        dot_f16_cols(qa, group, hd_k, k16.data() + off, n_j, hd_k, scale, sc, span);
-      } else {
-        dot_f32_cols(qa, group, hd_k, k32.data() + off, n_j, hd_k, scale, sc, span);
-      }
+      float* sc = scores + i * group * span;
+      const int64_t n_j = tp[i] - tlo[i] + 1;
+      dot(qa, group, tlo[i], std::min(c_lo, tp[i] + 1) - tlo[i], sc);
+      dot(qa, group, std::max(c_hi + 1, tlo[i]), tp[i] - std::max(c_hi, tlo[i] - 1), sc);
       for (int64_t g = 0; g < group; ++g) {
-        softmax(sc + g * span, n_j);
-        if (f16_cache) round_to_f16(sc + g * span, n_j);
+        float* row = sc + g * span + (tlo[i] - lo_min);
+        softmax(row, n_j);
+        if (f16_cache) round_to_f16(row, n_j);
       }
-      std::memset(o, 0, static_cast<size_t>(group * hd_v) * sizeof(float));
-      if (f16_cache) {
-        axpy_f16_cols(o, group, hd_v, sc, span, v16.data() + off, n_j, hd_v);
-      } else {
-        axpy_f32_cols(o, group, hd_v, sc, span, v32.data() + off, n_j, hd_v);
-      }
+    }
+    std::memset(os, 0, static_cast<size_t>(nq * hd_v) * sizeof(float));
+    for (int64_t i = 0; i < nt; ++i) {
+      axpy(os + i * group * hd_v, group, scores + i * group * span, tlo[i],
+           std::min(c_lo, tp[i] + 1) - tlo[i]);
+    }
+    axpy(os, nq, scores, c_lo, c_hi - c_lo + 1);
+    for (int64_t i = 0; i < nt; ++i) {
+      axpy(os + i * group * hd_v, group, scores + i * group * span, std::max(c_hi + 1, tlo[i]),
+           tp[i] - std::max(c_hi, tlo[i] - 1));
     }
     for (int64_t i = 0; i < nt; ++i) {
       for (int64_t g = 0; g < group; ++g) {
