@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -476,68 +477,74 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void dot_f32_cols(const float* a, int64_t rows, int64_t lda, const float* const* b, int64_t cols,
-                  int64_t n, float scale, float* out, int64_t ldo) {
-#if defined(__x86_64__)
-  if (use_avx2_rows()) {
-    dot_cols_avx2<RowF32>(a, rows, lda, b, cols, n, scale, out, ldo);
-    return;
-  }
-#endif
-  for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t r = 0; r < rows; ++r) out[r * ldo + c] = dot_f32(a + r * lda, b[c], n) * scale;
-  }
-}
-
-void axpy_f32_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
-                   const float* const* x, int64_t cols, int64_t n) {
-#if defined(__x86_64__)
-  if (use_avx2_rows()) {
-    axpy_cols_avx2<RowF32>(y, rows, ldy, w, ldw, x, cols, n);
-    return;
-  }
-#endif
-  for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t r = 0; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw + c], x[c], n);
-  }
-}
-
 namespace {
-// The portable path's F16 row as f32, in a per-thread buffer valid until the thread's next call.
-const float* f16_row_as_f32(const uint8_t* h, int64_t n) {
+
+// A cache row as f32 for the portable path: an f32 row as it is, an F16 row converted into a
+// per-thread buffer valid until the thread's next call.
+const float* row_as_f32(const float* row, int64_t) {
+  return row;
+}
+const float* row_as_f32(const uint8_t* h, int64_t n) {
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(n));
   f16_to_f32_row(h, row.data(), n);
   return row.data();
 }
-}  // namespace
 
-void dot_f16_cols(const float* a, int64_t rows, int64_t lda, const uint8_t* const* b, int64_t cols,
-                  int64_t n, float scale, float* out, int64_t ldo) {
+// The row-by-column products for f32 (T = float) or F16 (T = uint8_t) cache rows: the AVX2
+// tiles when the CPU has them, else one dot_f32 / axpy_f32 per (row, column).
+template <typename T>
+void dot_cols(const float* a, int64_t rows, int64_t lda, const T* const* b, int64_t cols, int64_t n,
+              float scale, float* out, int64_t ldo) {
 #if defined(__x86_64__)
   if (use_avx2_rows()) {
-    dot_cols_avx2<RowF16>(a, rows, lda, b, cols, n, scale, out, ldo);
+    dot_cols_avx2<std::conditional_t<std::is_same_v<T, float>, RowF32, RowF16>>(
+        a, rows, lda, b, cols, n, scale, out, ldo);
     return;
   }
 #endif
   for (int64_t c = 0; c < cols; ++c) {
-    const float* row = f16_row_as_f32(b[c], n);
-    dot_f32_cols(a, rows, lda, &row, 1, n, scale, out + c, ldo);
+    const float* row = row_as_f32(b[c], n);
+    for (int64_t r = 0; r < rows; ++r) out[r * ldo + c] = dot_f32(a + r * lda, row, n) * scale;
   }
+}
+
+template <typename T>
+void axpy_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw, const T* const* x,
+               int64_t cols, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    axpy_cols_avx2<std::conditional_t<std::is_same_v<T, float>, RowF32, RowF16>>(y, rows, ldy, w,
+                                                                                 ldw, x, cols, n);
+    return;
+  }
+#endif
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* row = row_as_f32(x[c], n);
+    for (int64_t r = 0; r < rows; ++r) axpy_f32(y + r * ldy, w[r * ldw + c], row, n);
+  }
+}
+
+}  // namespace
+
+void dot_f32_cols(const float* a, int64_t rows, int64_t lda, const float* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo) {
+  dot_cols(a, rows, lda, b, cols, n, scale, out, ldo);
+}
+
+void dot_f16_cols(const float* a, int64_t rows, int64_t lda, const uint8_t* const* b, int64_t cols,
+                  int64_t n, float scale, float* out, int64_t ldo) {
+  dot_cols(a, rows, lda, b, cols, n, scale, out, ldo);
+}
+
+void axpy_f32_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
+                   const float* const* x, int64_t cols, int64_t n) {
+  axpy_cols(y, rows, ldy, w, ldw, x, cols, n);
 }
 
 void axpy_f16_cols(float* y, int64_t rows, int64_t ldy, const float* w, int64_t ldw,
                    const uint8_t* const* x, int64_t cols, int64_t n) {
-#if defined(__x86_64__)
-  if (use_avx2_rows()) {
-    axpy_cols_avx2<RowF16>(y, rows, ldy, w, ldw, x, cols, n);
-    return;
-  }
-#endif
-  for (int64_t c = 0; c < cols; ++c) {
-    const float* row = f16_row_as_f32(x[c], n);
-    axpy_f32_cols(y, rows, ldy, w + c, ldw, &row, 1, n);
-  }
+  axpy_cols(y, rows, ldy, w, ldw, x, cols, n);
 }
 
 void round_to_f16(float* x, int64_t n) {
