@@ -100,19 +100,21 @@ void linear_same_input(Workspace& ws, std::span<const LinearJob> jobs, const flo
 
 void head_norm(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim,
                const std::vector<float>& w, float eps) {
-  for (int64_t t = 0; t < ws.n_tokens; ++t) {
+  for_each_token(ws, [&](int64_t t) {
     for (int64_t h = 0; h < n_heads; ++h) {
       float* p = x + (t * n_heads + h) * head_dim;
       rms_norm(p, w.data(), p, head_dim, eps);
     }
-  }
+  });
 }
 
 void rope(Workspace& ws, float* x, int64_t n_heads, int64_t head_dim, const RopeParams& p) {
-  for (int64_t t = 0; t < ws.n_tokens; ++t) {
+  // Over the compute threads, as the norms: one token's angles (pow, sincos per pair of
+  // dimensions) are a few microseconds, a 512-token prompt's on one thread held the others.
+  for_each_token(ws, [&](int64_t t) {
     rope_apply_heads(x + t * n_heads * head_dim, n_heads, head_dim, ws.pos[static_cast<size_t>(t)],
                      p);
-  }
+  });
 }
 
 void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q, const float* k,

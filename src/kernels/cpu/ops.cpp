@@ -360,9 +360,48 @@ __attribute__((target("avx,f16c"))) void round_to_f16_f16c(float* x, int64_t n) 
 }  // namespace
 #endif
 
+namespace {
+// Sum of x[i]^2 in double: 8 partial sums (element i into sum i % 8 over the blocks of 8),
+// folded ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), then the tail in order. A float's square is exact
+// in double, so the AVX2 path's fused multiply-add gives the portable loop's bits; the 8 chains
+// replace one chain of dependent double adds (4 cycles each) per element.
+double sum_squares_portable(const float* x, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) double sum_squares_avx2(const float* x, int64_t n) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    const __m256d b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    lo = _mm256_fmadd_pd(a, a, lo);
+    hi = _mm256_fmadd_pd(b, b, hi);
+  }
+  alignas(32) double acc[8];
+  _mm256_store_pd(acc, lo);
+  _mm256_store_pd(acc + 4, hi);
+  double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+#endif
+}  // namespace
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+#if defined(__x86_64__)
+  const double sum = use_avx2_rows() ? sum_squares_avx2(x, n) : sum_squares_portable(x, n);
+#else
+  const double sum = sum_squares_portable(x, n);
+#endif
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
   if (w != nullptr) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];

@@ -6,8 +6,8 @@
 
 namespace power {
 
-// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no scale). Sum of squares in double,
-// as the peer does. x and y may alias.
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no scale). Sum of squares in double, as
+// the peer does (8 partial sums, the same bits on every path). x and y may alias.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
 // Rotary position embedding in place over one head of `head_dim` values, rotating the first
