@@ -131,11 +131,12 @@ void attention(Workspace& ws, const ModelHparams& hp, int layer, const float* q,
     seq.cache().write_v(layer, seq.block_of(p), seq.slot_of(p), v + t * n_kv * hd_v);
   });
   // 2. Each (token, head) attends over its sequence's positions [lo, pos]. Work items are
-  // (block of up to kTokenBlock consecutive tokens of one sequence, KV head); per token the
-  // head group's queries go through the row-by-column products of ops.h together (4 queries x
-  // 2 keys, 4 queries x 16 output values per pass, all in registers). Per query the arithmetic
-  // and its order are those of one dot per key and one axpy per value row (dot, scale, softmax
-  // over [lo, pos], then o += w * v for ascending j), whatever the batch holds.
+  // (block of up to kTokenBlock consecutive tokens of one sequence, KV head); their queries go
+  // through the row-by-column products of ops.h (4 queries x 2 keys, 4 queries x 16 output
+  // values per pass, in registers): the keys all of the run's tokens attend to in one call,
+  // the others per token. Per query the arithmetic and its order are those of one dot per key
+  // and one axpy per value row (dot, scale, softmax over [lo, pos], then o += w * v for
+  // ascending j), whatever the batch holds.
   const bool f16_cache =
       ws.chunks.empty() ? false : ws.chunks[0].seq->cache().config().dtype == GgmlType::F16;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_k));
