@@ -40,6 +40,13 @@ std::vector<CpuIsa> simd_isas_here() {
   return out;
 }
 
+// The SIMD paths this CPU has, then the portable (scalar) one.
+std::vector<CpuIsa> all_isas_here() {
+  std::vector<CpuIsa> out = simd_isas_here();
+  out.push_back(CpuIsa::kScalar);
+  return out;
+}
+
 std::vector<float> random_row(std::mt19937& rng, int64_t n, float scale) {
   std::normal_distribution<float> nd(0.0f, scale);
   std::vector<float> v(static_cast<size_t>(n));
@@ -96,8 +103,7 @@ std::vector<const T*> row_pointers(const std::vector<std::vector<T>>& rows, size
 // four, 1 to 5 columns (pairs and a single one), lengths around 8 and 16, strides wider than
 // the rows; entries outside the rows and columns stay untouched.
 TEST(OpsSimd, ColumnFormsEqualOneDotAtATime) {
-  std::vector<CpuIsa> isas = simd_isas_here();
-  isas.push_back(CpuIsa::kScalar);
+  const std::vector<CpuIsa> isas = all_isas_here();
   std::mt19937 rng(5);
   for (CpuIsa isa : isas) {
     IsaScope s(isa);
@@ -268,8 +274,7 @@ TEST(OpsSimd, ArgmaxGivesThePortableIndex) {
 // of 4 and the rest), 1 to 3 columns, odd lengths, rows starting at odd addresses.
 TEST(OpsSimd, F16RowOpsGiveTheConvertedRowsBits) {
   std::mt19937 rng(13);
-  std::vector<CpuIsa> isas = simd_isas_here();
-  isas.push_back(CpuIsa::kScalar);
+  const std::vector<CpuIsa> isas = all_isas_here();
   for (int64_t n : {1, 7, 8, 9, 16, 64, 65, 128, 131}) {
     for (int64_t rows : {1, 3, 4, 5, 9}) {
       for (int64_t cols : {1, 2, 3}) {
@@ -365,8 +370,7 @@ TEST(OpsSimd, RmsNormGivesThePortableBits) {
 // once each), below that absolutely; -inf entries give exactly 0, and one NaN makes every
 // output NaN, as with the portable loop. Lengths around the 8-wide body and its masked tail.
 TEST(OpsSimd, SoftmaxMatchesDoublePrecision) {
-  std::vector<CpuIsa> isas = simd_isas_here();
-  isas.push_back(CpuIsa::kScalar);
+  const std::vector<CpuIsa> isas = all_isas_here();
   std::mt19937 rng(23);
   for (CpuIsa isa : isas) {
     IsaScope scope(isa);
@@ -427,8 +431,7 @@ TEST(OpsSimd, SwigluIsSiluTimesUp) {
   g.insert(g.end(), extra.begin(), extra.end());
   std::uniform_real_distribution<float> ud(-3.0f, 3.0f);
   for (size_t i = 0; i < g.size(); ++i) u.push_back(ud(rng));
-  std::vector<CpuIsa> isas = simd_isas_here();
-  isas.push_back(CpuIsa::kScalar);
+  const std::vector<CpuIsa> isas = all_isas_here();
   for (CpuIsa isa : isas) {
     IsaScope scope(isa);
     ASSERT_TRUE(scope.ok());
