@@ -5,7 +5,8 @@
 // Q4_0 and Q8_0 also run on the repacked 8-row layout (kernels/cpu/matmul_repack.h): names
 // with /packed/ vs /rows/. tokens:8 is the batched-decode shape (8 streams, one step): compare
 // its time with 8 x the tokens:1 time. act_quant/<type>/<reference|isa>: the activation
-// quantizers (f32 row -> kernel record) on one 2048-element row.
+// quantizers (f32 row -> kernel record) on one 2048-element row. attention/f16/<isa>/keys:N:
+// one token's 8-head group over N F16 cached keys (scores, softmax, values).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
