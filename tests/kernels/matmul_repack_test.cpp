@@ -6,6 +6,7 @@
 // rules: shared owners, views that must not match, POWER_REPACK=0, the scalar path.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -160,6 +161,50 @@ TEST_P(RepackTest, PackedMatchesReferenceUnderEverySimdIsa) {
   }
 }
 
+// A batch gives every token bit for bit what that token alone gives (the decode tile): the
+// batch tiles (8 rows x 4 tokens, and for Q4_0 from 16 tokens on the token-major tiles of 4
+// rows x 16 tokens) sum the same integers and take the same f32 steps per row and token.
+// Prompt cutting, chunked prefill and speculative rollback rely on it. Batches of 16 (one
+// token-major tile), 35 (two, then 3 tokens on the 8-row tiles), 70 and 150 (64-token blocks
+// with token-major tiles and remainders), 1 and 2 threads, rows with a tail past the groups.
+TEST_P(RepackTest, BatchGivesTheBitsOfOneTokenAtATime) {
+  const GgmlType type = GetParam();
+  const std::vector<CpuIsa> isas = simd_isas_here();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this machine: nothing is repacked";
+  std::mt19937 rng(29);
+  const int64_t k = type == GgmlType::Q4_K ? 512 : 160;
+  Weights w = make_weights(type, k, 43, 0, 0, rng);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(std::string("isa=") + std::string(cpu_isa_name(isa)));
+    IsaGuard guard;
+    ASSERT_TRUE(set_cpu_isa_for_testing(isa));
+    RepackedWeights packs;
+    ASSERT_TRUE(packs.add(w.view));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int threads : {1, 2}) {
+      CpuContext ctx(threads, k, 16);
+      for (int64_t tokens : {16, 35, 70, 150}) {
+        SCOPED_TRACE("tokens=" + std::to_string(tokens) + " threads=" + std::to_string(threads));
+        std::vector<float> x(static_cast<size_t>(k * tokens));
+        for (float& v : x) v = nd(rng);
+        const int64_t ldy = w.rows;
+        std::vector<float> batch(static_cast<size_t>(ldy * tokens));
+        matmul(ctx, w.view, x.data(), k, tokens, batch.data(), ldy);
+        std::vector<float> one(static_cast<size_t>(ldy));
+        for (int64_t t = 0; t < tokens; ++t) {
+          matmul(ctx, w.view, x.data() + t * k, k, 1, one.data(), ldy);
+          for (int64_t r = 0; r < w.rows; ++r) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(batch[static_cast<size_t>(t * ldy + r)]),
+                      std::bit_cast<uint32_t>(one[static_cast<size_t>(r)]))
+                << "token " << t << " row " << r << ": " << batch[static_cast<size_t>(t * ldy + r)]
+                << " vs " << one[static_cast<size_t>(r)];
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(RepackTest, ScalarPathIgnoresThePackedCopy) {
   const GgmlType type = GetParam();
   if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
@@ -291,7 +336,7 @@ TEST(MatmulSameInput, EachProductAsAlone) {
     ASSERT_TRUE(set_cpu_isa_for_testing(isa));
     for (int threads : {1, 2}) {
       CpuContext ctx(threads, k, 64);
-      for (int64_t tokens : {1, 3, 9}) {
+      for (int64_t tokens : {1, 3, 9, 40}) {  // 40: Q4_0's token-major tiles
         std::normal_distribution<float> nd(0.0f, 1.0f);
         const int64_t ldx = k + 3;
         std::vector<float> x(static_cast<size_t>(ldx * tokens));

@@ -117,46 +117,42 @@ void quantize_act_record_reference(GgmlType act, const float* x, int64_t k, uint
 
 namespace {
 
-kernels::ActQuantFn act_quantizer_for(CpuIsa isa, GgmlType act) {
-#if defined(POWER_KERNELS_X86)
+// The entry point of `isa`'s kernel source (avx512 or avx2) applied to t; nullptr on the
+// scalar path. The callers name the x86 entry points only where those sources are built.
+template <class Fn, class T>
+Fn pick_isa(CpuIsa isa, Fn (*avx512)(T), Fn (*avx2)(T), T t) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return kernels::act_quantizer_avx512(act);
+      return avx512(t);
     case CpuIsa::kAvx2:
-      return kernels::act_quantizer_avx2(act);
+      return avx2(t);
     case CpuIsa::kScalar:
       break;
   }
-#endif
   return nullptr;
+}
+
+#if defined(POWER_KERNELS_X86)
+#define POWER_PICK_ISA(isa, name, t) \
+  pick_isa(isa, &kernels::name##_avx512, &kernels::name##_avx2, t)
+#else
+#define POWER_PICK_ISA(isa, name, t) ((void)(isa), (void)(t), nullptr)
+#endif
+
+kernels::ActQuantFn act_quantizer_for(CpuIsa isa, GgmlType act) {
+  return POWER_PICK_ISA(isa, act_quantizer, act);
 }
 
 kernels::PackedGroupsFn packed_kernel_for(CpuIsa isa, GgmlType type) {
-#if defined(POWER_KERNELS_X86)
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return kernels::matmul_packed_avx512(type);
-    case CpuIsa::kAvx2:
-      return kernels::matmul_packed_avx2(type);
-    case CpuIsa::kScalar:
-      break;
-  }
-#endif
-  return nullptr;
+  return POWER_PICK_ISA(isa, matmul_packed, type);
+}
+
+kernels::TokenMajorFn token_major_for(CpuIsa isa, GgmlType type) {
+  return POWER_PICK_ISA(isa, token_major, type);
 }
 
 kernels::MatmulRowsFn kernel_for(CpuIsa isa, GgmlType type) {
-#if defined(POWER_KERNELS_X86)
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return kernels::matmul_rows_avx512(type);
-    case CpuIsa::kAvx2:
-      return kernels::matmul_rows_avx2(type);
-    case CpuIsa::kScalar:
-      break;
-  }
-#endif
-  return nullptr;
+  return POWER_PICK_ISA(isa, matmul_rows, type);
 }
 
 }  // namespace
@@ -173,6 +169,7 @@ namespace {
 struct PreparedMatmul {
   kernels::MatmulRowsFn fn = nullptr;
   kernels::PackedGroupsFn packed_fn = nullptr;
+  kernels::TokenMajorFn tm_fn = nullptr;  // the packed kernel reads token-major activations
   std::shared_ptr<const kernels::PackedMatrix> packed;
   kernels::MatmulArgs args;
   kernels::PackedArgs pa;
@@ -181,9 +178,10 @@ struct PreparedMatmul {
   int64_t n_items = 0;
 
   // Fills the arguments and work items for W times the n_tokens rows of x (recs: their
-  // quantized records, or null for float weights), fn / packed_fn / packed being set.
+  // quantized records, or null for float weights; tm: their token-major copy or null),
+  // fn / packed_fn / tm_fn / packed being set.
   void bind(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, const uint8_t* recs,
-            uint64_t rec_bytes, float* y, int64_t ldy) {
+            uint64_t rec_bytes, const uint8_t* tm, float* y, int64_t ldy) {
     rows = w.ne[1];
     args = {.w = static_cast<const uint8_t*>(w.data),
             .w_row_bytes = w.nb[1],
@@ -205,6 +203,7 @@ struct PreparedMatmul {
           .k = args.k,
           .act = args.act,
           .act_stride = args.act_stride,
+          .act_tm = tm_fn != nullptr ? tm : nullptr,
           .n_tokens = args.n_tokens,
           .y = args.y,
           .ldy = args.ldy};
@@ -224,12 +223,24 @@ struct PreparedMatmul {
   }
 };
 
-// Quantizes the n_tokens activation rows into the records of type act; returns the records.
-uint8_t* quantize_activations(CpuContext& ctx, GgmlType act, const float* x, int64_t ldx, int64_t k,
-                              int64_t n_tokens) {
+struct QuantizedActivations {
+  uint8_t* recs = nullptr;
+  const uint8_t* tm = nullptr;  // token-major copy, or null
+};
+
+// Quantizes the n_tokens activation rows into the records of type act, and when tm_fn is set
+// and the batch is long enough for the token-major tiles, their token-major copy too.
+QuantizedActivations quantize_activations(CpuContext& ctx, GgmlType act, const float* x,
+                                          int64_t ldx, int64_t k, int64_t n_tokens,
+                                          kernels::TokenMajorFn tm_fn) {
   const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
   const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
-  uint8_t* recs = ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens));
+  const bool tm = tm_fn != nullptr && n_tokens >= kernels::kTokenMajorMinTokens;
+  const int64_t tm_groups = tm ? n_tokens / 8 : 0;
+  // rec_bytes is a multiple of 64, so the token-major groups start 64-byte aligned.
+  uint8_t* recs =
+      ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens) +
+                      static_cast<uint64_t>(tm_groups) * kernels::token_major_group_bytes(k));
   auto quantize = [&](size_t begin, size_t end, int thread) {
     // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
     auto* tmp = reinterpret_cast<uint8_t*>(ctx.row_scratch(thread));
@@ -247,7 +258,12 @@ uint8_t* quantize_activations(CpuContext& ctx, GgmlType act, const float* x, int
   } else {
     ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
   }
-  return recs;
+  if (!tm) return {recs, nullptr};
+  uint8_t* out = recs + rec_bytes * static_cast<uint64_t>(n_tokens);
+  ctx.pool().parallel_for(static_cast<size_t>(tm_groups), [&](size_t begin, size_t end, int) {
+    tm_fn(recs, rec_bytes, k, static_cast<int64_t>(begin), static_cast<int64_t>(end), out);
+  });
+  return {recs, out};
 }
 
 // One product on its own (any weight type, any path).
@@ -265,10 +281,12 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
   p.fn = fn;
   p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
   if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
+  if (p.packed != nullptr) p.tm_fn = token_major_for(cpu_isa(), w.type);
   const uint64_t rec_bytes = kernels::act_record_bytes(*act_type, k);
-  const uint8_t* recs =
-      rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens) : nullptr;
-  p.bind(w, x, ldx, n_tokens, recs, rec_bytes, y, ldy);
+  const QuantizedActivations q =
+      rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens, p.tm_fn)
+                    : QuantizedActivations{};
+  p.bind(w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, y, ldy);
   ctx.pool().parallel_for(static_cast<size_t>(p.n_items), [&](size_t begin, size_t end, int) {
     p.run(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   });
@@ -291,6 +309,7 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
   const int64_t k = jobs[0].w->ne[0];
   std::vector<PreparedMatmul> prep(jobs.size());
   GgmlType act = GgmlType::F32;
+  kernels::TokenMajorFn tm_fn = nullptr;  // any product's: all write the same layout
   bool shared = true;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const TensorView& w = *jobs[i].w;
@@ -306,18 +325,20 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
     act = *act_type;
     p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
     if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
+    if (p.packed != nullptr) p.tm_fn = token_major_for(cpu_isa(), w.type);
+    if (p.tm_fn != nullptr) tm_fn = p.tm_fn;
   }
   if (!shared || jobs.size() == 1) {
     for (const MatmulJob& j : jobs) matmul_one(ctx, *j.w, x, ldx, n_tokens, j.y, j.ldy);
     return;
   }
   POWER_CHECK(k <= ctx.max_row());
-  uint8_t* recs = quantize_activations(ctx, act, x, ldx, k, n_tokens);
+  const QuantizedActivations q = quantize_activations(ctx, act, x, ldx, k, n_tokens, tm_fn);
   const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     PreparedMatmul& p = prep[i];
-    p.bind(*jobs[i].w, x, ldx, n_tokens, recs, rec_bytes, jobs[i].y, jobs[i].ldy);
+    p.bind(*jobs[i].w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, jobs[i].y, jobs[i].ldy);
     first_item[i + 1] = first_item[i] + p.n_items;
   }
   const int64_t total = first_item.back();

@@ -20,6 +20,10 @@ PackedGroupsFn matmul_packed_avx2(GgmlType weight_type) {
   return select_packed_kernel(weight_type);
 }
 
+TokenMajorFn token_major_avx2(GgmlType weight_type) {
+  return select_token_major(weight_type);
+}
+
 ActQuantFn act_quantizer_avx2(GgmlType act) {
   return select_act_quantizer(act);
 }

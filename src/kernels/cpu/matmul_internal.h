@@ -93,12 +93,33 @@ struct PackedMatrix {
   uint64_t bytes() const { return static_cast<uint64_t>(n_groups) * group_bytes; }
 };
 
+// ---- Token-major activations (the prefill tiles of the repacked Q4_0 kernel) ----
+// The Q8_0 records of 8 consecutive tokens (a token group) transposed so that one 256-bit load
+// holds the same 4 quantized bytes of all 8 tokens; per 32-element block b, a record of
+// kTokenMajorBlockBytes at b * kTokenMajorBlockBytes:
+//   int8 q[8 groups j][8 tokens][4]   token i's q[32b + 4j .. 32b + 4j + 3]
+//   int32 8 * isum[8 tokens]          8 times the token's int32 block sum (the Q4_0 offset)
+//   f32 d[8 tokens]
+// Group G of a call (tokens 8G .. 8G + 7) is at G * token_major_group_bytes(k). Only whole
+// groups are written; matmul builds them when n_tokens >= kTokenMajorMinTokens and the packed
+// kernel asks for them.
+inline constexpr uint64_t kTokenMajorBlockBytes = 256 + 32 + 32;
+inline constexpr int64_t kTokenMajorMinTokens = 16;
+inline constexpr uint64_t token_major_group_bytes(int64_t k) {
+  return static_cast<uint64_t>(k / 32) * kTokenMajorBlockBytes;
+}
+// Writes token groups [g0, g1) from the Q8_0 records (recs, `stride` bytes apart) to `out`.
+using TokenMajorFn = void (*)(const uint8_t* recs, uint64_t stride, int64_t k, int64_t g0,
+                              int64_t g1, uint8_t* out);
+
 struct PackedArgs {
   const uint8_t* w = nullptr;  // group 0
   uint64_t group_bytes = 0;
   int64_t k = 0;
   const uint8_t* act = nullptr;  // Q8_0 (Q4_0, Q8_0) or Q8_K (Q4_K) records, token 0
   uint64_t act_stride = 0;
+  // The token-major copy of tokens [0, 8 * (n_tokens / 8)) (layout above), or null.
+  const uint8_t* act_tm = nullptr;
   int64_t n_tokens = 0;
   float* y = nullptr;  // y[t * ldy + r], r = 8 * group + row in group
   int64_t ldy = 0;
@@ -107,5 +128,8 @@ struct PackedArgs {
 using PackedGroupsFn = void (*)(const PackedArgs& args, int64_t g0, int64_t g1);
 PackedGroupsFn matmul_packed_avx2(GgmlType weight_type);
 PackedGroupsFn matmul_packed_avx512(GgmlType weight_type);
+// The token-major writer when the packed kernel for weight_type reads act_tm, else nullptr.
+TokenMajorFn token_major_avx2(GgmlType weight_type);
+TokenMajorFn token_major_avx512(GgmlType weight_type);
 
 }  // namespace power::kernels
