@@ -177,6 +177,13 @@ struct PreparedMatmul {
   int64_t n_groups = 0;
   int64_t n_items = 0;
 
+  // Sets packed_fn, packed and tm_fn when the active ISA runs W from a packed copy.
+  void find_packed(const TensorView& w) {
+    packed_fn = packed_kernel_for(cpu_isa(), w.type);
+    if (packed_fn != nullptr) packed = kernels::find_packed(w);
+    if (packed != nullptr) tm_fn = token_major_for(cpu_isa(), w.type);
+  }
+
   // Fills the arguments and work items for W times the n_tokens rows of x (recs: their
   // quantized records, or null for float weights; tm: their token-major copy or null),
   // fn / packed_fn / tm_fn / packed being set.
@@ -279,9 +286,7 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
   POWER_CHECK(k <= ctx.max_row());
   PreparedMatmul p;
   p.fn = fn;
-  p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
-  if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
-  if (p.packed != nullptr) p.tm_fn = token_major_for(cpu_isa(), w.type);
+  p.find_packed(w);
   const uint64_t rec_bytes = kernels::act_record_bytes(*act_type, k);
   const QuantizedActivations q =
       rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens, p.tm_fn)
@@ -323,9 +328,7 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
       break;
     }
     act = *act_type;
-    p.packed_fn = packed_kernel_for(cpu_isa(), w.type);
-    if (p.packed_fn != nullptr) p.packed = kernels::find_packed(w);
-    if (p.packed != nullptr) p.tm_fn = token_major_for(cpu_isa(), w.type);
+    p.find_packed(w);
     if (p.tm_fn != nullptr) tm_fn = p.tm_fn;
   }
   if (!shared || jobs.size() == 1) {
