@@ -1,115 +1,13 @@
-// Status and Result<T>: how every layer reports failure on untrusted input.
+// Status and Result<T> (include/power/status.h) plus the internal-invariant checks.
 //
 // Contract: functions that read files, network bodies, configuration or anything a user
-// controls return Status or Result<T> and never abort. A Status carries a code, a human
-// message and optional context (tensor name, byte offset, expected vs. actual) that is
-// appended to the message when printed. Internal invariants use POWER_CHECK, which aborts:
-// a failed check is a bug in Power, never a consequence of input.
-// Thread-safety: values; no shared state.
+// controls return Status or Result<T> and never abort. Internal invariants use POWER_CHECK,
+// which aborts: a failed check is a bug in Power, never a consequence of input.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <variant>
-
-#include <fmt/format.h>
+#include "power/status.h"  // IWYU pragma: export
 
 namespace power {
-
-enum class StatusCode : uint8_t {
-  kOk = 0,
-  kInvalidArgument,  // the caller passed something unusable
-  kNotFound,         // a named thing (file, tensor, key, model) does not exist
-  kAlreadyExists,
-  kCorrupt,            // bytes that do not parse: truncated or malformed file
-  kUnsupported,        // well-formed but not something Power implements
-  kOutOfRange,         // an index, size or offset beyond its bound
-  kIo,                 // the operating system refused (open, read, write, fsync, rename)
-  kIntegrity,          // a hash or signature does not match
-  kResourceExhausted,  // a budget or cap would be exceeded
-  kDoesNotFit,         // admission: can never fit on this device
-  kQueueFull,
-  kDeadlineExceeded,
-  kCancelled,
-  kInternal,
-  kPolicyRefused,  // a caller's acceptance policy is not met by the model or configuration
-};
-
-std::string_view status_code_name(StatusCode code);
-
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
-
-  static Status ok_status() { return Status(); }
-
-  bool ok() const { return code_ == StatusCode::kOk; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
-  const std::string& context() const { return context_; }
-
-  // Adds "key=value" context, e.g. .with("tensor", name).with("offset", 1234).
-  template <typename V>
-  Status with(std::string_view key, const V& value) && {
-    append_context(key, fmt::format("{}", value));
-    return std::move(*this);
-  }
-  template <typename V>
-  Status& with(std::string_view key, const V& value) & {
-    append_context(key, fmt::format("{}", value));
-    return *this;
-  }
-
-  // "corrupt: tensor data out of bounds (tensor=blk.0.attn_q.weight, offset=1234)"
-  std::string to_string() const;
-
- private:
-  void append_context(std::string_view key, const std::string& value);
-
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
-  std::string context_;
-};
-
-template <typename... Args>
-Status make_error(StatusCode code, fmt::format_string<Args...> f, Args&&... args) {
-  return Status(code, fmt::format(f, std::forward<Args>(args)...));
-}
-
-// Result<T>: a value or a non-ok Status.
-template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {  // NOLINT
-    if (std::get<Status>(v_).ok()) {
-      v_ = Status(StatusCode::kInternal, "Result constructed from an ok Status");
-    }
-  }
-
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
-  }
-  Status take_status() && { return ok() ? Status() : std::move(std::get<Status>(v_)); }
-
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::move(std::get<T>(v_)); }
-  T* operator->() { return &std::get<T>(v_); }
-  const T* operator->() const { return &std::get<T>(v_); }
-  T& operator*() & { return std::get<T>(v_); }
-  const T& operator*() const& { return std::get<T>(v_); }
-  T&& operator*() && { return std::move(std::get<T>(v_)); }
-
- private:
-  std::variant<T, Status> v_;
-};
 
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const char* msg);
 
@@ -124,21 +22,3 @@ class [[nodiscard]] Result {
   do {                                                                    \
     if (!(cond)) ::power::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)
-
-#define POWER_CONCAT_INNER(a, b) a##b
-#define POWER_CONCAT(a, b) POWER_CONCAT_INNER(a, b)
-
-// Returns early with the Status if it is not ok.
-#define POWER_RETURN_IF_ERROR(expr)        \
-  do {                                     \
-    ::power::Status _power_st = (expr);    \
-    if (!_power_st.ok()) return _power_st; \
-  } while (0)
-
-// POWER_ASSIGN_OR_RETURN(auto x, f()); returns the Status of f() if it failed.
-#define POWER_ASSIGN_OR_RETURN(lhs, expr) \
-  POWER_ASSIGN_OR_RETURN_IMPL(POWER_CONCAT(_power_res_, __LINE__), lhs, expr)
-#define POWER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)   \
-  auto tmp = (expr);                                  \
-  if (!tmp.ok()) return std::move(tmp).take_status(); \
-  lhs = std::move(tmp).value()

@@ -17,9 +17,8 @@
 #include "base/cpu.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "host/model.h"
 #include "kernels/cpu/isa.h"
-#include "models/decoder.h"
-#include "models/model.h"
 
 namespace power::cli {
 namespace {

@@ -17,8 +17,8 @@
 #include "cli/structured_flags.h"
 #include "engine/sampler.h"
 #include "format/llama2c.h"
-#include "models/decoder.h"
-#include "models/model.h"
+#include "host/model.h"
+#include "host/text.h"
 #include "power/runtime.h"
 #include "text/tokenizer.h"
 
@@ -35,7 +35,7 @@ Result<LoadedModel> load(const std::string& path, bool need_tokenizer) {
   std::shared_ptr<const GgufFile> shared(std::move(file));
   LoadedModel lm;
   if (need_tokenizer) {
-    POWER_ASSIGN_OR_RETURN(lm.tokenizer, text::Tokenizer::from_gguf(*shared));
+    POWER_ASSIGN_OR_RETURN(lm.tokenizer, load_tokenizer(*shared));
   }
   POWER_ASSIGN_OR_RETURN(lm.model, load_model(shared));
   return lm;

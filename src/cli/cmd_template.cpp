@@ -11,6 +11,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "format/gguf.h"
+#include "host/text.h"
 
 namespace power::cli {
 namespace {
@@ -54,7 +55,7 @@ Result<chat::ChatTemplate> load_template(const TemplateArgs& args) {
     std::string eos;
     if (!args.model_path.empty()) {  // the model still supplies bos/eos strings
       POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(args.model_path));
-      POWER_ASSIGN_OR_RETURN(chat::ChatTemplate from_model, chat::ChatTemplate::from_gguf(*file));
+      POWER_ASSIGN_OR_RETURN(chat::ChatTemplate from_model, load_chat_template(*file));
       bos = from_model.bos_token();
       eos = from_model.eos_token();
     }
@@ -64,7 +65,7 @@ Result<chat::ChatTemplate> load_template(const TemplateArgs& args) {
     return Status(StatusCode::kInvalidArgument, "give a model (-m FILE) or --template-file");
   }
   POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(args.model_path));
-  return chat::ChatTemplate::from_gguf(*file);
+  return load_chat_template(*file);
 }
 
 Status run_template(const TemplateArgs& args) {

@@ -13,6 +13,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "format/gguf.h"
+#include "host/text.h"
 #include "text/tokenizer.h"
 
 namespace power::cli {
@@ -21,9 +22,9 @@ namespace {
 using text::TokenId;
 using text::Tokenizer;
 
-Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
+Result<std::unique_ptr<Tokenizer>> tokenizer_of(const std::string& path) {
   POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
-  return Tokenizer::from_gguf(*file);
+  return power::load_tokenizer(*file);
 }
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]".
@@ -71,7 +72,7 @@ void run_tokenize(const TokenizeArgs& args, bool have_text, bool have_file) {
     if (!content.ok()) return report_error(content.status());
     input = std::move(content).value();
   }
-  auto tok = load_tokenizer(args.model);
+  auto tok = tokenizer_of(args.model);
   if (!tok.ok()) return report_error(tok.status());
   const std::vector<TokenId> ids =
       (*tok)->encode(input, {.add_special = !args.no_bos, .parse_special = args.special});
@@ -92,7 +93,7 @@ void run_tokenize(const TokenizeArgs& args, bool have_text, bool have_file) {
 void run_detokenize(const std::string& model, const std::string& id_list, bool special) {
   auto ids = parse_ids(id_list);
   if (!ids.ok()) return report_error(ids.status());
-  auto tok = load_tokenizer(model);
+  auto tok = tokenizer_of(model);
   if (!tok.ok()) return report_error(tok.status());
   auto text = (*tok)->decode(*ids, {.render_special = special});
   if (!text.ok()) return report_error(text.status());

@@ -8,6 +8,7 @@
 
 #include "base/checked.h"
 #include "base/cpu.h"
+#include "device/recurrent_state.h"
 #include "kernels/cpu/isa.h"
 #include "tensor/half.h"
 
@@ -204,6 +205,13 @@ void KvCache::copy_block(int src, int dst) {
 // Truncating to 0 never copies, so it cannot fail.
 KvSequence::~KvSequence() {
   (void)truncate(0);
+  if (recurrent_ != nullptr) recurrent_->release(recurrent_slot_);
+}
+
+void KvSequence::attach_recurrent(RecurrentState* state, int slot) {
+  if (recurrent_ != nullptr) recurrent_->release(recurrent_slot_);
+  recurrent_ = state;
+  recurrent_slot_ = slot;
 }
 
 int KvSequence::capacity_tokens() const {

@@ -25,6 +25,8 @@
 
 namespace power {
 
+class RecurrentState;
+
 struct KvCacheConfig {
   int n_layer = 0;
   int n_kv_heads = 0;
@@ -116,6 +118,11 @@ class KvSequence {
   // Adopts `blocks` (full, already written by another sequence) as this empty sequence's
   // first positions: retains each and sets n_tokens to blocks.size() * block_tokens.
   void share_prefix(const std::vector<int>& blocks);
+  // The sequence's slot of recurrent state (models with recurrent layers; null otherwise). The
+  // sequence releases the slot when it is destroyed.
+  void attach_recurrent(RecurrentState* state, int slot);
+  RecurrentState* recurrent() const { return recurrent_; }
+  int recurrent_slot() const { return recurrent_slot_; }
   // Block and slot of position pos.
   int block_of(int pos) const { return blocks_[static_cast<size_t>(pos / block_tokens())]; }
   int slot_of(int pos) const { return pos % block_tokens(); }
@@ -125,6 +132,8 @@ class KvSequence {
   KvCache* cache_;
   std::vector<int> blocks_;
   int n_tokens_ = 0;
+  RecurrentState* recurrent_ = nullptr;
+  int recurrent_slot_ = -1;
 };
 
 }  // namespace power

@@ -18,8 +18,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "models/decoder.h"
-#include "models/model.h"
+#include "host/model.h"
 #include "text/tokenizer.h"
 
 namespace power {

@@ -23,8 +23,7 @@
 
 #include "device/kv_cache.h"
 #include "engine/sampler.h"
-#include "models/decoder.h"
-#include "models/model.h"
+#include "host/model.h"
 #include "text/tokenizer.h"
 
 namespace power::spec {

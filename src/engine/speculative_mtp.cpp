@@ -6,13 +6,12 @@
 
 namespace power::spec {
 
-MtpDrafter::MtpDrafter(const MtpHead& head, Workspace& ws, KvCache* kv, const SamplerParams& params)
+MtpDrafter::MtpDrafter(const Model& head, Workspace& ws, KvCache* kv, const SamplerParams& params)
     : head_(head),
       ws_(ws),
       seq_(kv),
       sampler_(params, head.hparams().n_vocab),
       d_(head.hparams().n_embd),
-      concat_(static_cast<size_t>(ws.max_tokens * head.concat_width())),
       out_hidden_(static_cast<size_t>(head.hparams().n_embd)),
       logits_(static_cast<size_t>(head.hparams().n_vocab)) {}
 
@@ -31,8 +30,7 @@ void MtpDrafter::observe(int64_t pos0, const float* rows, int64_t n) {
 }
 
 Status MtpDrafter::run(const float* hidden, std::span<const int32_t> tokens) {
-  return head_.forward(ws_, seq_, hidden, tokens, concat_.data(), out_hidden_.data(),
-                       logits_.data());
+  return head_.forward_head(ws_, seq_, hidden, tokens, out_hidden_.data(), logits_.data());
 }
 
 Result<int> MtpDrafter::draft(std::span<const int32_t> tokens, int max_k,

@@ -1,5 +1,6 @@
 // The MTP drafter of speculative decoding: the model's own multi-token-prediction head
-// (models/mtp.h) proposes tokens from the main model's final hidden states.
+// (a ModelKind::kDraftHead package, src/models/nextn) proposes tokens from the main model's final
+// hidden states.
 //
 // The MTP KV holds one position per committed pair (h_i, t[i+1]): the main model's hidden
 // state at position i and the token after it. The runner hands over the hidden states of
@@ -24,13 +25,13 @@
 
 #include "device/kv_cache.h"
 #include "engine/sampler.h"
-#include "models/mtp.h"
+#include "host/model.h"
 
 namespace power::spec {
 
 class MtpDrafter {
  public:
-  MtpDrafter(const MtpHead& head, Workspace& ws, KvCache* kv, const SamplerParams& params);
+  MtpDrafter(const Model& head, Workspace& ws, KvCache* kv, const SamplerParams& params);
   // Hidden states (n_embd floats per row) of the main model at positions [pos0, pos0 + n).
   void observe(int64_t pos0, const float* rows, int64_t n);
   // Appends up to max_k proposals for the committed `tokens` to `out`; returns how many.
@@ -41,14 +42,14 @@ class MtpDrafter {
 
  private:
   Status run(const float* hidden, std::span<const int32_t> tokens);
-  const MtpHead& head_;
+  const Model& head_;
   Workspace& ws_;
   KvSequence seq_;
   Sampler sampler_;
   int64_t d_;
   int64_t fed_ = 0;            // committed pairs in seq_ (positions [0, fed_))
   std::vector<float> hidden_;  // observed rows for positions [fed_, fed_ + rows)
-  std::vector<float> concat_, out_hidden_, logits_, q_;
+  std::vector<float> out_hidden_, logits_, q_;
 };
 
 }  // namespace power::spec

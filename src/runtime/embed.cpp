@@ -1,4 +1,5 @@
-// EmbeddingModel: the BERT encoder behind a microbatching worker (see include/power/embed.h).
+// EmbeddingModel: an encoder package (bert, or a registered one) behind a microbatching worker (see
+// include/power/embed.h).
 //
 // Callers tokenize and validate in their own thread, then queue a Job and wait. One worker
 // thread owns the encoder workspace: it waits for the first job, keeps the batch open for
@@ -14,7 +15,10 @@
 #include <thread>
 
 #include "format/gguf.h"
-#include "models/bert.h"
+#include "host/model.h"
+#include "host/pooling.h"
+#include "host/registry.h"
+#include "host/text.h"
 #include "power/embed.h"
 #include "text/tokenizer.h"
 
@@ -60,15 +64,17 @@ class EmbeddingModelImpl {
     }
     POWER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
     std::shared_ptr<const GgufFile> file(std::move(f));
-    POWER_ASSIGN_OR_RETURN(model_, BertModel::load(file));
-    POWER_ASSIGN_OR_RETURN(tok_, text::Tokenizer::from_gguf(*file));
-    const BertHparams& hp = model_->hparams();
+    LoadModelOptions lo;
+    lo.kind = sdk::ModelKind::kEncoder;
+    POWER_ASSIGN_OR_RETURN(model_, load_model(file, lo));
+    POWER_ASSIGN_OR_RETURN(tok_, load_tokenizer(*file));
+    const ModelHparams& hp = model_->hparams();
     if (tok_->n_tokens() != static_cast<size_t>(hp.n_vocab)) {
       return Status(StatusCode::kCorrupt, "tokenizer and token embedding disagree on the vocab")
           .with("tokens", tok_->n_tokens())
           .with("n_vocab", hp.n_vocab);
     }
-    pooling_ = hp.pooling;
+    pooling_ = model_->spec().pooling;
     if (!o.pooling.empty()) {
       POWER_ASSIGN_OR_RETURN(pooling_, parse_pooling(o.pooling));
     }
@@ -86,7 +92,7 @@ class EmbeddingModelImpl {
     }
     options_ = o;
     info_.path = path;
-    info_.arch = "bert";
+    info_.arch = hp.arch;
     info_.pooling = pooling_name(pooling_);
     info_.n_vocab = hp.n_vocab;
     info_.n_layer = hp.n_layer;
@@ -101,7 +107,7 @@ class EmbeddingModelImpl {
     const uint64_t out_bytes =
         static_cast<uint64_t>(o.max_batch_tokens) * static_cast<uint64_t>(hp.n_embd) * 4;
     info_.workspace_bytes =
-        EncoderWorkspace::planned_bytes(hp, o.max_batch_tokens, threads) + out_bytes;
+        model_->workspace_bytes(o.max_batch_tokens, n_ctx_, threads) + out_bytes;
     if (o.memory_budget_bytes > 0 &&
         info_.weights_bytes + info_.workspace_bytes > o.memory_budget_bytes) {
       return Status(StatusCode::kDoesNotFit,
@@ -111,7 +117,7 @@ class EmbeddingModelImpl {
           .with("max_batch_tokens", o.max_batch_tokens)
           .with("budget_bytes", o.memory_budget_bytes);
     }
-    POWER_ASSIGN_OR_RETURN(ws_, model_->make_workspace(o.max_batch_tokens, threads));
+    POWER_ASSIGN_OR_RETURN(ws_, model_->make_workspace(o.max_batch_tokens, n_ctx_, threads));
     out_.resize(static_cast<size_t>(o.max_batch_tokens * hp.n_embd));
     worker_ = std::thread([this] { run(); });
     return Status();
@@ -247,7 +253,7 @@ class EmbeddingModelImpl {
       int64_t row = 0;
       for (size_t s = 0; s < slots.size(); ++s) {
         const int64_t rows =
-            pooling_ == PoolingType::kNone ? static_cast<int64_t>(seqs[s].size()) : 1;
+            pooling_ == sdk::Pooling::kNone ? static_cast<int64_t>(seqs[s].size()) : 1;
         if (st.ok()) {
           Job& j = *slots[s].job;
           std::vector<float>& v = j.out[slots[s].input];
@@ -284,11 +290,11 @@ class EmbeddingModelImpl {
     }
   }
 
-  std::unique_ptr<BertModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<text::Tokenizer> tok_;
-  std::unique_ptr<EncoderWorkspace> ws_;
+  std::unique_ptr<Workspace> ws_;
   std::vector<float> out_;
-  PoolingType pooling_ = PoolingType::kNone;
+  sdk::Pooling pooling_ = sdk::Pooling::kNone;
   int64_t n_ctx_ = 0;
   EmbedOptions options_;
   EmbeddingModelInfo info_;
@@ -332,7 +338,9 @@ bool is_embedding_model_file(const std::string& path) {
   auto f = GgufFile::open(path);
   if (!f.ok()) return false;
   auto arch = (*f)->get_string("general.architecture");
-  return arch.ok() && *arch == "bert";
+  if (!arch.ok()) return false;
+  auto entry = ArchitectureRegistry::global().find(*arch);
+  return entry != nullptr && entry->arch.kind == sdk::ModelKind::kEncoder;
 }
 
 }  // namespace power

@@ -2,7 +2,7 @@
 
 #include "engine/sampler.h"
 #include "engine/speculative.h"
-#include "models/decoder.h"
+#include "host/model.h"
 
 namespace power::runtime {
 
@@ -27,13 +27,15 @@ Status ModelRunner::run_speculative(std::span<const BatchItem> items,
   const size_t rows = static_cast<size_t>(Model::logit_rows(chunks_));
   if (rows * n_vocab > logits_.size()) logits_.resize(rows * n_vocab);
   POWER_RETURN_IF_ERROR(model_.forward(ws_, chunks_, logits_.data()));
-  // MTP drafters read the final hidden states forward() leaves in ws.x (every token's row).
+  // MTP drafters read the final hidden states forward() leaves in the workspace (every
+  // token's row, n_embd floats apart).
   const int64_t n_embd = model_.hparams().n_embd;
+  const bool have_hidden = ws_.hidden_row(0) != nullptr && ws_.hidden.ld == n_embd;
   int64_t token_row = 0;
   for (const BatchItem& it : items) {
     const auto n = static_cast<int64_t>(it.tokens.size());
-    if (it.drafter != nullptr && it.drafter->wants_hidden()) {
-      it.drafter->observe_hidden(it.kv->n_tokens() - n, ws_.x.data() + token_row * n_embd, n);
+    if (have_hidden && it.drafter != nullptr && it.drafter->wants_hidden()) {
+      it.drafter->observe_hidden(it.kv->n_tokens() - n, ws_.hidden_row(token_row), n);
     }
     token_row += n;
   }

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "models/model.h"
+#include "host/model.h"
 #include "runtime/scheduler.h"
 
 namespace power::runtime {

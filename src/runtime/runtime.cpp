@@ -2,6 +2,7 @@
 // the per-request work around the scheduler (tokenizing, sampling state, stop conditions,
 // streaming text, timings).
 #include "power/runtime.h"
+#include "host/text.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -25,9 +26,8 @@
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "format/gguf.h"
+#include "host/model.h"
 #include "kernels/cpu/isa.h"
-#include "models/decoder.h"
-#include "models/model.h"
 #include "receipt/receipt.h"
 #include "receipt/signing_key.h"
 #include "runtime/model_runner.h"
@@ -83,7 +83,7 @@ struct ModelSlot {
   std::unique_ptr<KvCache> draft_kv;
   // The target's MTP head (when the file has one; shared) and this replica's MTP workspace
   // and KV pool (one layer, max_running contexts).
-  std::shared_ptr<const MtpHead> mtp;
+  std::shared_ptr<const Model> mtp;
   std::unique_ptr<Workspace> mtp_ws;
   std::unique_ptr<KvCache> mtp_kv;
   runtime::SpecCounters spec_totals;
@@ -585,8 +585,10 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   POWER_ASSIGN_OR_RETURN(auto file_owned, GgufFile::open(path));
   std::shared_ptr<const GgufFile> file(std::move(file_owned));
   POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
-  POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, text::Tokenizer::from_gguf(*file));
-  POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file));
+  POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
+  LoadModelOptions model_options;
+  model_options.sha256 = to_hex(digest);
+  POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file, model_options));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
   std::shared_ptr<const Model> model(std::move(model_owned));
   const ModelHparams& hp = model->hparams();
@@ -602,8 +604,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   if (!o.draft_model.empty()) {
     POWER_ASSIGN_OR_RETURN(auto draft_file_owned, GgufFile::open(o.draft_model));
     std::shared_ptr<const GgufFile> draft_file(std::move(draft_file_owned));
-    POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> draft_tok,
-                           text::Tokenizer::from_gguf(*draft_file));
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> draft_tok, load_tokenizer(*draft_file));
     Status same = spec::check_same_vocabulary(*tokenizer, *draft_tok);
     if (!same.ok()) return same.with("draft_model", o.draft_model);
     POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> dm, load_model(draft_file));
@@ -617,9 +618,9 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     draft_model = std::move(dm);
   }
   // MTP layers are validated whenever the file declares them (a broken file fails here).
-  std::shared_ptr<const MtpHead> mtp;
+  std::shared_ptr<const Model> mtp;
   if (mtp_layer_count(*file) > 0) {
-    POWER_ASSIGN_OR_RETURN(std::unique_ptr<MtpHead> head, MtpHead::load(*model));
+    POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> head, load_draft_head(*model));
     mtp = std::move(head);
   }
   POWER_RETURN_IF_ERROR(
@@ -706,7 +707,7 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
     POWER_ASSIGN_OR_RETURN(nlohmann::ordered_json messages, runtime::chat_messages_json(req));
     std::lock_guard<std::mutex> lk(m.mu);
     if (!m.chat) {
-      POWER_ASSIGN_OR_RETURN(chat::ChatTemplate t, chat::ChatTemplate::from_gguf(*m.file));
+      POWER_ASSIGN_OR_RETURN(chat::ChatTemplate t, load_chat_template(*m.file));
       m.chat.emplace(std::move(t));
     }
     chat::ChatRenderOptions ro;

@@ -4,12 +4,11 @@
 // resolve_mode() applies the rules: `off` speculates not at all; `ngram` always works (prompt
 // lookup needs no weights); `draft` needs a draft model loaded with the target
 // (LoadOptions::draft_model); `mtp` needs MTP layers (`<arch>.nextn_predict_layers` in the
-// GGUF, loaded as models/mtp.h; kInvalidArgument naming the key otherwise); `auto` picks the
-// draft model when one was loaded (the caller asked for it), else the MTP head when the file
-// has one, else n-gram. A mode that was asked for by name and is unavailable is an error,
-// never a silent downgrade.
-// SpecSequence drafts with its drafter for at most the adaptive k (AdaptiveK) tokens and
-// counts drafted / accepted / verify passes for the request and the replica.
+// GGUF, the draft-head package of the architecture; kInvalidArgument naming the key otherwise);
+// `auto` picks the draft model when one was loaded (the caller asked for it), else the MTP head
+// when the file has one, else n-gram. A mode that was asked for by name and is unavailable is an
+// error, never a silent downgrade. SpecSequence drafts with its drafter for at most the adaptive k
+// (AdaptiveK) tokens and counts drafted / accepted / verify passes for the request and the replica.
 // Thread-safety: used on the replica's worker thread (scheduler plan/commit and the runner);
 // the replica counters are updated under the replica's mutex (commit runs under it).
 #pragma once

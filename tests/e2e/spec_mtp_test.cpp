@@ -23,9 +23,7 @@
 #include "device/kv_cache.h"
 #include "engine/speculative_mtp.h"
 #include "format/gguf.h"
-#include "models/decoder.h"
-#include "models/model.h"
-#include "models/mtp.h"
+#include "host/model.h"
 #include "power/runtime.h"
 #include "run_util.h"
 #include "test_util.h"
@@ -291,7 +289,7 @@ TEST(SpecMtp, DrafterAfterRollbacksDraftsWhatAFreshDrafterDrafts) {
   std::shared_ptr<const GgufFile> f(std::move(*file));
   auto model = load_model(f);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  auto head = MtpHead::load(**model);
+  auto head = load_draft_head(**model);
   ASSERT_TRUE(head.ok()) << head.status().to_string();
   const int64_t n_ctx = 128, n_vocab = (*model)->hparams().n_vocab;
   auto kv = KvCache::create((*model)->kv_config(n_ctx, 2, GgmlType::F32));
@@ -309,7 +307,7 @@ TEST(SpecMtp, DrafterAfterRollbacksDraftsWhatAFreshDrafterDrafts) {
     const int64_t pos0 = seq.n_tokens();
     ForwardChunk c{&seq, toks, true};
     ASSERT_TRUE((*model)->forward(**ws, std::span<const ForwardChunk>(&c, 1), logits.data()).ok());
-    dr.observe(pos0, (*ws)->x.data(), static_cast<int64_t>(toks.size()));
+    dr.observe(pos0, (*ws)->hidden_row(0), static_cast<int64_t>(toks.size()));
   };
   std::vector<int32_t> committed = prompt_ids(0);
   pass(seq_a, a, std::span<const int32_t>(committed).first(committed.size() - 1));

@@ -67,8 +67,9 @@ std::map<std::string, int> TypeCounts(const GgufFile& f) {
 TEST(GgufFixtures, EveryFileReads) {
   POWER_REQUIRE_SHARED();
   const auto files = AllGgufFiles();
-  // 14 quant + 19 synthetic models + 5 tokenizers + 2 embeddings + 4 stories260K.
-  EXPECT_EQ(files.size(), 44u);
+  // 14 quant + 19 synthetic decoders + 3 gpt2 + 2 mamba + 5 tokenizers + 2 embeddings +
+  // 4 stories260K.
+  EXPECT_EQ(files.size(), 49u);
   for (const std::string& path : files) {
     SCOPED_TRACE(path);
     auto f = Open(path);

@@ -12,7 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/bert.h"
+#include "host/model.h"
+#include "host/pooling.h"
+#include "host/text.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 
@@ -45,8 +47,14 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
+LoadModelOptions encoder() {
+  LoadModelOptions o;
+  o.kind = sdk::ModelKind::kEncoder;
+  return o;
+}
+
 struct Loaded {
-  std::unique_ptr<BertModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<text::Tokenizer> tok;
 };
 
@@ -56,9 +64,9 @@ Loaded load(const std::string& name) {
   EXPECT_TRUE(file.ok()) << file.status().to_string();
   if (!file.ok()) return l;
   std::shared_ptr<const GgufFile> shared(std::move(*file));
-  auto tok = text::Tokenizer::from_gguf(*shared);
+  auto tok = load_tokenizer(*shared);
   EXPECT_TRUE(tok.ok()) << tok.status().to_string();
-  auto model = BertModel::load(shared);
+  auto model = load_model(shared, encoder());
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!tok.ok() || !model.ok()) return l;
   l.model = std::move(*model);
@@ -77,11 +85,12 @@ TEST(BertFixture, MatchesExactReferenceAtLeastAsWellAsThePeer) {
     SCOPED_TRACE(name);
     Loaded l = load(name);
     ASSERT_TRUE(l.model && l.tok);
-    const BertHparams& hp = l.model->hparams();
+    const ModelHparams& hp = l.model->hparams();
+    const sdk::Pooling pooling_kind = l.model->spec().pooling;
     const int64_t E = hp.n_embd;
     ASSERT_EQ(meta["hparams"]["n_embd"].get<int64_t>(), E);
     const std::string pooling = meta["files"][name]["pooling"].get<std::string>();
-    EXPECT_EQ(pooling, pooling_name(hp.pooling));
+    EXPECT_EQ(pooling, pooling_name(pooling_kind));
 
     // Token ids equal the peer's.
     std::vector<std::vector<int32_t>> ids;
@@ -96,13 +105,13 @@ TEST(BertFixture, MatchesExactReferenceAtLeastAsWellAsThePeer) {
     }
     const size_t n_sent = ids.size();
 
-    auto ws = l.model->make_workspace(1024, 2);
+    auto ws = l.model->make_workspace(1024, hp.n_ctx_train, 2);
     ASSERT_TRUE(ws.ok());
     // Each sentence alone.
     std::vector<float> raw(n_sent * static_cast<size_t>(E));
     for (size_t s = 0; s < n_sent; ++s) {
       std::span<const int32_t> seq(ids[s]);
-      ASSERT_TRUE(l.model->encode(**ws, {&seq, 1}, hp.pooling, raw.data() + s * E).ok());
+      ASSERT_TRUE(l.model->encode(**ws, {&seq, 1}, pooling_kind, raw.data() + s * E).ok());
     }
     const auto exact = testing::read_f32(emb_dir() + "/" + name + ".emb-exact.f32");
     ASSERT_EQ(exact.size(), raw.size());
@@ -135,8 +144,8 @@ TEST(BertFixture, MatchesExactReferenceAtLeastAsWellAsThePeer) {
     // Per-token hidden states (pooling none), all sentences in one batch.
     std::vector<std::span<const int32_t>> seqs(ids.begin(), ids.end());
     std::vector<float> hidden(
-        static_cast<size_t>(BertModel::output_rows(seqs, PoolingType::kNone) * E));
-    ASSERT_TRUE(l.model->encode(**ws, seqs, PoolingType::kNone, hidden.data()).ok());
+        static_cast<size_t>(Model::output_rows(seqs, sdk::Pooling::kNone) * E));
+    ASSERT_TRUE(l.model->encode(**ws, seqs, sdk::Pooling::kNone, hidden.data()).ok());
     const auto hidden_exact =
         testing::read_f32(emb_dir() + "/hidden/" + name + ".hidden-exact.f32");
     ASSERT_EQ(hidden_exact.size(), hidden.size());
@@ -147,10 +156,10 @@ TEST(BertFixture, MatchesExactReferenceAtLeastAsWellAsThePeer) {
 
     // Batch invariance: the pooled batch equals the sentences alone, bit for bit, in any order.
     std::vector<float> batched(raw.size());
-    ASSERT_TRUE(l.model->encode(**ws, seqs, hp.pooling, batched.data()).ok());
+    ASSERT_TRUE(l.model->encode(**ws, seqs, pooling_kind, batched.data()).ok());
     EXPECT_EQ(0, std::memcmp(batched.data(), raw.data(), raw.size() * sizeof(float)));
     std::vector<std::span<const int32_t>> rev(seqs.rbegin(), seqs.rend());
-    ASSERT_TRUE(l.model->encode(**ws, rev, hp.pooling, batched.data()).ok());
+    ASSERT_TRUE(l.model->encode(**ws, rev, pooling_kind, batched.data()).ok());
     for (size_t s = 0; s < n_sent; ++s) {
       EXPECT_EQ(0, std::memcmp(batched.data() + (n_sent - 1 - s) * E, raw.data() + s * E,
                                static_cast<size_t>(E) * sizeof(float)))
@@ -163,29 +172,29 @@ TEST(BertFixture, RejectsBadInputsAndKeepsWorking) {
   POWER_REQUIRE_SHARED();
   Loaded l = load("bert-mean-F16");
   ASSERT_TRUE(l.model);
-  const BertHparams& hp = l.model->hparams();
-  auto ws = l.model->make_workspace(hp.n_ctx_train + 8, 1);
+  const ModelHparams& hp = l.model->hparams();
+  auto ws = l.model->make_workspace(hp.n_ctx_train + 8, hp.n_ctx_train + 8, 1);
   ASSERT_TRUE(ws.ok());
   std::vector<float> out(static_cast<size_t>(hp.n_embd));
   std::vector<int32_t> too_long(static_cast<size_t>(hp.n_ctx_train + 1), 1000);
   std::span<const int32_t> s1(too_long);
-  Status st = l.model->encode(**ws, {&s1, 1}, PoolingType::kMean, out.data());
+  Status st = l.model->encode(**ws, {&s1, 1}, sdk::Pooling::kMean, out.data());
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
   std::vector<int32_t> bad_id{101, static_cast<int32_t>(hp.n_vocab), 102};
   std::span<const int32_t> s2(bad_id);
-  st = l.model->encode(**ws, {&s2, 1}, PoolingType::kMean, out.data());
+  st = l.model->encode(**ws, {&s2, 1}, sdk::Pooling::kMean, out.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   std::vector<int32_t> empty;
   std::span<const int32_t> s3(empty);
-  st = l.model->encode(**ws, {&s3, 1}, PoolingType::kMean, out.data());
+  st = l.model->encode(**ws, {&s3, 1}, sdk::Pooling::kMean, out.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   // Still works after the errors; CLS pooling is row 0 of the per-token states, last the last.
   std::vector<int32_t> ok{101, 7592, 2088, 1012, 102};
   std::span<const int32_t> s4(ok);
   std::vector<float> tokens(5 * static_cast<size_t>(hp.n_embd)), cls(out.size()), last(out.size());
-  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, PoolingType::kNone, tokens.data()).ok());
-  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, PoolingType::kCls, cls.data()).ok());
-  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, PoolingType::kLast, last.data()).ok());
+  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, sdk::Pooling::kNone, tokens.data()).ok());
+  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, sdk::Pooling::kCls, cls.data()).ok());
+  ASSERT_TRUE(l.model->encode(**ws, {&s4, 1}, sdk::Pooling::kLast, last.data()).ok());
   EXPECT_EQ(0, std::memcmp(cls.data(), tokens.data(), cls.size() * sizeof(float)));
   EXPECT_EQ(0,
             std::memcmp(last.data(), tokens.data() + 4 * hp.n_embd, last.size() * sizeof(float)));
@@ -199,7 +208,7 @@ TEST(BertFixture, DecoderFilesAreRejectedWithAClearError) {
     if (e.path().extension() != ".gguf") continue;
     auto file = GgufFile::open(e.path().string());
     ASSERT_TRUE(file.ok());
-    auto m = BertModel::load(std::shared_ptr<const GgufFile>(std::move(*file)));
+    auto m = load_model(std::shared_ptr<const GgufFile>(std::move(*file)), encoder());
     ASSERT_FALSE(m.ok());
     EXPECT_EQ(m.status().code(), StatusCode::kUnsupported);
     if (++checked == 3) break;

@@ -15,8 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "models/decoder.h"
-#include "models/model.h"
+#include "host/model.h"
 #include "test_util.h"
 
 namespace power {

@@ -1,0 +1,23 @@
+// Helpers the CPU op files share (private to src/device).
+#pragma once
+
+#include <cstdint>
+
+#include "device/workspace.h"
+
+namespace power::cpu_ops {
+
+// Runs fn(r) for rows [0, n) over the compute threads when there are several (the row
+// operations between the matmuls would otherwise run on one thread while the others wait).
+template <typename Fn>
+void for_each_row(Workspace& ws, int64_t n, Fn fn) {
+  if (n <= 1) {
+    if (n == 1) fn(int64_t{0});
+    return;
+  }
+  ws.cpu.pool().parallel_for(static_cast<size_t>(n), [&](size_t b, size_t e, int) {
+    for (size_t t = b; t < e; ++t) fn(static_cast<int64_t>(t));
+  });
+}
+
+}  // namespace power::cpu_ops

@@ -1,0 +1,57 @@
+// Device: what a device can run, and the form weights take on it.
+//
+// A device implements the SDK's op set (power/sdk/ops.h) and says, per op and per weight type
+// and use, whether it can run it; load refuses a model whose declared ops or bound tensors a
+// device cannot run, naming the op or the tensor. The CPU device (cpu_device()) runs every op
+// and every type Power can dequantize. A test may narrow a device (DeviceWithout) to check
+// that refusal.
+// BoundWeight is a tensor as the device keeps it: the view into the file's read-only mapping
+// (matrices, row tables: never copied) plus, for tensors read as f32 values (norm weights,
+// biases, rope factors, conv kernels), their decoded values.
+// Thread-safety: devices are immutable; BoundWeights are immutable after load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/ggml_types.h"
+#include "power/sdk/ops.h"
+#include "tensor/tensor.h"
+
+namespace power {
+
+struct BoundWeight {
+  std::string name;
+  TensorView view;
+  uint32_t uses = 0;       // sdk::Use bits
+  std::vector<float> f32;  // kUseVector / kUseConv: the values as f32
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual bool supports(sdk::Op op) const = 0;
+  // Whether the device can use a tensor of this type in these ways (sdk::Use bits).
+  virtual bool supports_type(GgmlType type, uint32_t uses) const = 0;
+};
+
+// The CPU device (kernels/cpu).
+const Device& cpu_device();
+
+// The CPU device without some ops (tests of load-time refusal).
+class DeviceWithout final : public Device {
+ public:
+  explicit DeviceWithout(std::vector<sdk::Op> missing) : missing_(std::move(missing)) {}
+  std::string name() const override { return "cpu (restricted)"; }
+  bool supports(sdk::Op op) const override;
+  bool supports_type(GgmlType type, uint32_t uses) const override {
+    return cpu_device().supports_type(type, uses);
+  }
+
+ private:
+  std::vector<sdk::Op> missing_;
+};
+
+}  // namespace power

@@ -1,0 +1,115 @@
+#include "host/model_file.h"
+
+namespace power {
+namespace {
+
+Status missing(std::string_view key) {
+  return Status(StatusCode::kNotFound, "missing metadata key").with("key", key);
+}
+
+Status per_layer(std::string_view key) {
+  return Status(StatusCode::kUnsupported, "per-layer arrays are not supported for this key")
+      .with("key", key);
+}
+
+}  // namespace
+
+sdk::DType to_sdk(GgmlType t) {
+  return static_cast<sdk::DType>(static_cast<uint32_t>(t));
+}
+GgmlType from_sdk(sdk::DType t) {
+  return static_cast<GgmlType>(static_cast<uint32_t>(t));
+}
+
+GgufModelFile::GgufModelFile(std::shared_ptr<const GgufFile> file, std::string sha256_hex)
+    : file_(std::move(file)), sha256_(std::move(sha256_hex)) {
+  tensors_.reserve(file_->tensors().size());
+  for (const GgufTensor& t : file_->tensors()) {
+    sdk::TensorInfo info;
+    info.name = t.name;
+    info.dtype = to_sdk(t.type);
+    info.shape.assign(t.ne.begin(), t.ne.end());
+    info.offset = t.file_offset;
+    info.n_bytes = t.n_bytes;
+    tensors_.push_back(std::move(info));
+  }
+}
+
+std::string GgufModelFile::architecture() const {
+  auto a = file_->get_string("general.architecture");
+  return a.ok() ? *a : std::string();
+}
+
+Result<int64_t> GgufModelFile::get_int(std::string_view key) const {
+  const GgufValue* v = file_->find(key);
+  if (v == nullptr) return missing(key);
+  if (v->as_array() != nullptr) return per_layer(key);
+  if (v->type == GgufValueType::kBool) return static_cast<int64_t>(v->as_bool().value_or(false));
+  return file_->get_i64(key);
+}
+
+Result<double> GgufModelFile::get_float(std::string_view key) const {
+  const GgufValue* v = file_->find(key);
+  if (v == nullptr) return missing(key);
+  if (v->as_array() != nullptr) return per_layer(key);
+  return file_->get_f64(key);
+}
+
+Result<bool> GgufModelFile::get_bool(std::string_view key) const {
+  return file_->get_bool(key);
+}
+
+Result<std::string> GgufModelFile::get_string(std::string_view key) const {
+  return file_->get_string(key);
+}
+
+Result<std::vector<int64_t>> GgufModelFile::get_int_array(std::string_view key) const {
+  const GgufValue* v = file_->find(key);
+  if (v == nullptr) return missing(key);
+  const auto* a = v->as_array();
+  if (a == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "metadata key is not an array").with("key", key);
+  }
+  std::vector<int64_t> out;
+  out.reserve(a->size());
+  for (const GgufValue& e : *a) {
+    auto i = e.as_i64();
+    if (!i) {
+      return Status(StatusCode::kInvalidArgument, "array element is not an integer")
+          .with("key", key);
+    }
+    out.push_back(*i);
+  }
+  return out;
+}
+
+Result<std::vector<double>> GgufModelFile::get_float_array(std::string_view key) const {
+  const GgufValue* v = file_->find(key);
+  if (v == nullptr) return missing(key);
+  const auto* a = v->as_array();
+  if (a == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "metadata key is not an array").with("key", key);
+  }
+  std::vector<double> out;
+  out.reserve(a->size());
+  for (const GgufValue& e : *a) {
+    auto d = e.as_f64();
+    if (!d) {
+      return Status(StatusCode::kInvalidArgument, "array element is not a number").with("key", key);
+    }
+    out.push_back(*d);
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> GgufModelFile::get_string_array(std::string_view key) const {
+  return file_->get_string_array(key);
+}
+
+const sdk::TensorInfo* GgufModelFile::find_tensor(std::string_view name) const {
+  const GgufTensor* t = file_->find_tensor(name);
+  if (t == nullptr) return nullptr;
+  return &tensors_[static_cast<size_t>(t - file_->tensors().data())];
+}
+
+}  // namespace power
