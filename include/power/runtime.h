@@ -143,6 +143,12 @@ class Runtime {
   // its memory to the budget (freed once the last ModelHandle copy goes; submits through a
   // remaining copy get kCancelled). kNotFound when this runtime does not hold the model.
   Status unload(const ModelHandle& model);
+  // Raw logits of every position of `tokens` run as one fresh sequence in one pass (scoring,
+  // perplexity, checks against reference logits): tokens.size() rows of n_vocab floats, in
+  // the model's KV type. Runs on the calling thread with its own workspace and KV blocks,
+  // which are charged to the budget for the call (kDoesNotFit when they do not fit);
+  // kInvalidArgument for an empty input, an id out of range or more tokens than the context.
+  Result<std::vector<float>> logits(const ModelHandle& model, const std::vector<int32_t>& tokens);
   uint64_t budget_bytes() const { return budget_bytes_; }
 
  private:

@@ -2,6 +2,13 @@
 
 #include "cli/commands.h"
 
+#include <deque>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "power/sdk/registry.h"
+
 #include <sys/stat.h>
 
 #if POWER_WITH_STORE
@@ -10,6 +17,22 @@
 #endif
 
 namespace power::cli {
+
+void add_model_lib_option(CLI::App* cmd) {
+  static std::deque<std::vector<std::string>> libs;  // one list per command, for the process
+  std::vector<std::string>& mine = libs.emplace_back();
+  cmd->add_option("--model-lib", mine,
+                  "Model plugin (.so) adding architectures (repeatable; docs/SDK.md)");
+  cmd->parse_complete_callback([&mine] {
+    for (const std::string& lib : mine) {
+      Status st = sdk::load_model_library(lib);
+      if (!st.ok()) {
+        report_error(st);
+        throw CLI::RuntimeError(1);
+      }
+    }
+  });
+}
 
 void report_error(const Status& status) {
   std::fprintf(stderr, "power: error: %s\n", status.to_string().c_str());

@@ -6,6 +6,10 @@
 
 #include "base/status.h"
 
+namespace CLI {
+class App;
+}
+
 namespace power::cli {
 
 // Prints "power: error: <status>" to stderr and sets exit code 1.
@@ -16,5 +20,10 @@ void report_error(const Status& status);
 // checked (it exists with the recorded size; the hash was verified when it was committed)
 // before its path is returned.
 Result<std::string> resolve_model_path(const std::string& file_or_name);
+
+// Adds `--model-lib FILE` (repeatable) to a command: model plugins (power/sdk/plugin.h) loaded
+// before the command runs, so the architectures they register can be used. A library that
+// cannot be loaded is reported and the command does not run (exit code 1).
+void add_model_lib_option(CLI::App* cmd);
 
 }  // namespace power::cli

@@ -154,6 +154,7 @@ void run_bench(const BenchOptions& o) {
 void add_bench_commands(CLI::App& app) {
   static BenchOptions o;
   auto* bench = app.add_subcommand("bench", "Prefill and decode tokens/s of a model file");
+  add_model_lib_option(bench);
   bench->add_option("-m,--model", o.model_path, "GGUF model file")->required();
   bench->add_option("-p,--n-prompt", o.n_prompt, "Prompt tokens of the pp test (0: skip)");
   bench->add_option("-n,--n-gen", o.n_gen, "Generated tokens of the tg test (0: skip)");

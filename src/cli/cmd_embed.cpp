@@ -93,6 +93,7 @@ void run_embed(const EmbedArgs& args) {
 
 void add_embed_commands(CLI::App& app) {
   auto* cmd = app.add_subcommand("embed", "Text embeddings with a BERT-family GGUF model");
+  add_model_lib_option(cmd);
   static EmbedArgs a;
   cmd->add_option("-m,--model", a.model, "GGUF file (or a store model name)")->required();
   cmd->add_option("--text", a.texts, "Text to embed (repeatable)");

@@ -276,6 +276,7 @@ void add_run_commands(CLI::App& app) {
   static RunOptions o;
   auto* run = app.add_subcommand("run", "Generate text with a language model");
   run->add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  add_model_lib_option(run);
   run->add_option("-p,--prompt", o.prompt, "Prompt text (default: empty, i.e. BOS alone)");
   run->add_flag("--chat", o.chat,
                 "Apply the model's chat template: -p is one user turn, else each stdin line is");
@@ -322,6 +323,7 @@ void add_run_commands(CLI::App& app) {
   static int lg_threads = 0;
   auto* logits = app.add_subcommand("logits", "Write raw f32 logits for every position");
   logits->add_option("-m,--model", lg_model, "GGUF model file")->required();
+  add_model_lib_option(logits);
   logits->add_option("--tokens", lg_tokens, "Comma-separated token ids")->required();
   logits->add_option("--out,-o", lg_out, "Output file ([n_tokens x n_vocab] f32)")->required();
   logits->add_option("-t,--threads", lg_threads, "Threads (0 = all cores)");

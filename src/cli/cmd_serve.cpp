@@ -31,6 +31,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--host")) o.host = a.opts.host;
   if (given("--port")) o.port = a.opts.port;
   for (const auto& m : a.models) o.models.push_back(m);
+  for (const auto& l : a.opts.model_libs) o.model_libs.push_back(l);
   if (given("--api-key-file")) o.api_key_file = a.opts.api_key_file;
   if (given("--tls-cert")) o.tls_cert = a.opts.tls_cert;
   if (given("--tls-key")) o.tls_key = a.opts.tls_key;
@@ -108,6 +109,8 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--port", o.port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("-m,--model", a->models, "Model file or store name to load (repeatable)");
   cmd->add_option("--config", a->config, "JSON file with the same keys as these flags");
+  cmd->add_option("--model-lib", o.model_libs,
+                  "Model plugin (.so) whose architectures to serve (repeatable; docs/SDK.md)");
   cmd->add_option("--api-key-file", o.api_key_file,
                   "Bearer keys, one per line (or sha256:<hex>); /health stays open");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");

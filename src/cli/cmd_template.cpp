@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "chat/chat_template.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "format/gguf.h"
 #include "host/text.h"
@@ -96,6 +97,7 @@ Status run_template(const TemplateArgs& args) {
 
 void add_template_commands(CLI::App& app) {
   auto* cmd = app.add_subcommand("template", "Render chat messages with a model's chat template");
+  add_model_lib_option(cmd);
   static TemplateArgs args;
   cmd->add_option("-m,--model", args.model_path,
                   "GGUF file (tokenizer.chat_template, bos/eos tokens); ChatML if it has none");

@@ -106,6 +106,7 @@ void run_detokenize(const std::string& model, const std::string& id_list, bool s
 void add_text_commands(CLI::App& app) {
   auto* tokenize =
       app.add_subcommand("tokenize", "Turn text into token ids with a model's tokenizer");
+  add_model_lib_option(tokenize);
   static TokenizeArgs t;
   tokenize->add_option("-m,--model", t.model, "GGUF file")->required();
   auto* text_opt = tokenize->add_option("--text", t.text, "Text to tokenize");
@@ -119,6 +120,7 @@ void add_text_commands(CLI::App& app) {
       [text_opt, file_opt] { run_tokenize(t, text_opt->count() > 0, file_opt->count() > 0); });
 
   auto* detokenize = app.add_subcommand("detokenize", "Turn token ids back into text");
+  add_model_lib_option(detokenize);
   static std::string model;
   static std::string ids;
   static bool special = false;

@@ -7,6 +7,7 @@
 #include "device/cpu_ops_internal.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "tensor/half.h"
 
 namespace power {
 namespace {
@@ -45,6 +46,18 @@ float gelu_erf(float u) {
   return static_cast<float>(0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)));
 }
 
+// ggml's GELU table entry for the f16 value of x (ggml_gelu_f32 on the f16 input, rounded to
+// f16), with its cut-offs.
+float gelu_tanh_f16(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  const float h = f16_to_f32(f32_to_f16(x));
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return f16_to_f32(f32_to_f16(g));
+}
+
 float activate_one(float x, sdk::Activation a) {
   switch (a) {
     case sdk::Activation::kSilu:
@@ -55,6 +68,8 @@ float activate_one(float x, sdk::Activation a) {
       return gelu_erf(x);
     case sdk::Activation::kRelu:
       return x > 0.0f ? x : 0.0f;
+    case sdk::Activation::kGeluTanhF16:
+      return gelu_tanh_f16(x);
   }
   return x;
 }

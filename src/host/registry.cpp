@@ -142,5 +142,9 @@ Status register_architecture(Architecture arch) {
   return ArchitectureRegistry::global().add(std::move(arch));
 }
 
+Status load_model_library(const std::string& path) {
+  return power::load_model_library(path);
+}
+
 }  // namespace sdk
 }  // namespace power

@@ -848,6 +848,63 @@ Result<std::shared_ptr<ModelSlot>> pick_replica(const ModelHandle& handle, int r
   return best;
 }
 
+Result<std::vector<float>> Runtime::logits(const ModelHandle& handle,
+                                           const std::vector<int32_t>& tokens) {
+  if (handle.slots_.empty()) return Status(StatusCode::kInvalidArgument, "no model");
+  const ModelSlot& m = *handle.slots_.front();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return Status(StatusCode::kInvalidArgument, "no tokens to score");
+  if (n > m.info.n_ctx) {
+    return Status(StatusCode::kInvalidArgument, "more tokens than the model's context")
+        .with("tokens", n)
+        .with("n_ctx", m.info.n_ctx);
+  }
+  const Model& model = *m.model;
+  const GgmlType kv_type = m.kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
+  const KvCacheConfig kc = model.kv_config(n, 1, kv_type);
+  POWER_ASSIGN_OR_RETURN(uint64_t kv_bytes, KvCache::planned_bytes(kc));
+  const uint64_t rec_bytes = model.has_recurrent_state()
+                                 ? RecurrentState::planned_bytes(model.recurrent_config(1)).value()
+                                 : 0;
+  const uint64_t need = model.workspace_bytes(n, n, m.info.threads) + kv_bytes + rec_bytes +
+                        static_cast<uint64_t>(n * m.info.n_vocab) * sizeof(float);
+  {
+    std::lock_guard<std::mutex> lk(load_mu_);
+    const uint64_t available =
+        budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
+    if (need > available) {
+      return Status(StatusCode::kDoesNotFit, "scoring these tokens exceeds the memory budget")
+          .with("needed_bytes", need)
+          .with("available_bytes", available);
+    }
+    committed_bytes_ += need;
+  }
+  auto release = [&] {
+    std::lock_guard<std::mutex> lk(load_mu_);
+    committed_bytes_ -= std::min(committed_bytes_, need);
+  };
+  std::vector<float> out;
+  Status st = [&]() -> Status {
+    POWER_ASSIGN_OR_RETURN(auto ws, model.make_workspace(n, n, m.info.threads));
+    POWER_ASSIGN_OR_RETURN(auto kv, KvCache::create(kc));
+    std::unique_ptr<RecurrentState> rec;
+    KvSequence seq(kv.get());
+    if (model.has_recurrent_state()) {
+      POWER_ASSIGN_OR_RETURN(rec, RecurrentState::create(model.recurrent_config(1)));
+      POWER_ASSIGN_OR_RETURN(int slot, rec->allocate());
+      seq.attach_recurrent(rec.get(), slot);
+    }
+    out.resize(static_cast<size_t>(n * m.info.n_vocab));
+    const ForwardChunk chunk{&seq, tokens, true};
+    Status fst = model.forward(*ws, std::span<const ForwardChunk>(&chunk, 1), out.data());
+    seq.attach_recurrent(nullptr, -1);
+    return fst;
+  }();
+  release();
+  if (!st.ok()) return st;
+  return out;
+}
+
 Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest request) {
   if (handle.slots_.empty()) return Status(StatusCode::kInvalidArgument, "no model loaded");
   POWER_ASSIGN_OR_RETURN(std::shared_ptr<ModelSlot> slot, pick_replica(handle, request.replica));

@@ -59,6 +59,17 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       } else {
         return type_error(raw_key, "a string or an array of strings");
       }
+    } else if (key == "model_lib" || key == "model_libs") {
+      if (v.is_string()) {
+        o->model_libs.push_back(v.get<std::string>());
+      } else if (v.is_array()) {
+        for (const auto& m : v) {
+          if (!m.is_string()) return type_error(raw_key, "a string or an array of strings");
+          o->model_libs.push_back(m.get<std::string>());
+        }
+      } else {
+        return type_error(raw_key, "a string or an array of strings");
+      }
     } else if (key == "api_key_file") {
       POWER_RETURN_IF_ERROR(str(&o->api_key_file));
     } else if (key == "tls_cert") {

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "power/sdk/registry.h"
+
 #include <httplib.h>
 
 #include <atomic>
@@ -674,6 +676,9 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() = default;
 
 Status Server::start() {
+  for (const auto& lib : impl_->opts.model_libs) {
+    POWER_RETURN_IF_ERROR(sdk::load_model_library(lib));
+  }
   for (const auto& m : impl_->opts.models) {
     auto loaded = impl_->registry->load(m);
     if (!loaded.ok()) {

@@ -30,8 +30,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port (port() tells which)
   std::vector<std::string> models;  // files or store names loaded at start
-  std::string api_key_file;         // one key per line (or sha256:<hex>); empty: no auth
-  std::string tls_cert, tls_key;    // both set: HTTPS
+  // Model plugins (power/sdk/plugin.h) loaded before the models: their architectures can be
+  // served like the built-in ones.
+  std::vector<std::string> model_libs;
+  std::string api_key_file;       // one key per line (or sha256:<hex>); empty: no auth
+  std::string tls_cert, tls_key;  // both set: HTTPS
   uint64_t max_body_bytes = 16ull << 20;
   int http_threads = 256;  // connections served at once (each stream holds one)
   int read_timeout_s = 30;

@@ -101,6 +101,10 @@ enum class Activation : uint8_t {
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (GPT-2, BERT)
   kGeluErf,   // 0.5 x (1 + erf(x / sqrt(2)))
   kRelu,
+  // kGeluTanh as llama.cpp's CPU backend computes it (GGML_GELU_FP16): the input rounded to
+  // f16, the tanh form in f32, the result rounded to f16; x <= -10 gives 0, x >= 10 gives x.
+  // For parity with files whose reference logits come from llama.cpp.
+  kGeluTanhF16,
 };
 
 enum class RopeMode : uint8_t {

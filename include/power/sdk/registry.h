@@ -59,7 +59,12 @@ class Registry {
   virtual Status add(Architecture arch) = 0;
 };
 
-// Registers an architecture in this process (defined in Power's runtime library).
+// Registers an architecture in this process (defined in Power's runtime library; a plugin
+// uses the Registry it is handed instead).
 Status register_architecture(Architecture arch);
+// Loads a model plugin (plugin.h) into this process, as `--model-lib` does: kUnsupported
+// naming both versions when it was built against another SDK version. Loading the same
+// library twice is a no-op.
+Status load_model_library(const std::string& path);
 
 }  // namespace power::sdk
