@@ -74,9 +74,10 @@ struct ModelInfo {
   uint64_t kv_cache_bytes = 0;  // KV block pool
   uint64_t kv_block_bytes = 0;
   int64_t kv_blocks = 0;
-  uint64_t scratch_bytes = 0;  // activation workspace
-  uint64_t budget_bytes = 0;   // what requests may reserve in all (per replica: its
-                               // workspace + KV pool)
+  uint64_t recurrent_state_bytes = 0;  // recurrent layers' state slots (one per running sequence)
+  uint64_t scratch_bytes = 0;          // activation workspace
+  uint64_t budget_bytes = 0;           // what requests may reserve in all (per replica: its
+                                       // workspace + KV pool)
   int threads = 0;
   int replicas = 1;
 };

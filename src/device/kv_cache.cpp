@@ -19,8 +19,13 @@ Result<uint64_t> KvCache::planned_bytes(const KvCacheConfig& c) {
     return Status(StatusCode::kUnsupported, "KV cache dtype must be F16 or F32")
         .with("dtype", ggml_type_name(c.dtype));
   }
-  if (c.n_layer <= 0 || c.n_kv_heads <= 0 || c.head_dim_k <= 0 || c.head_dim_v <= 0 ||
-      c.block_tokens <= 0 || c.n_blocks <= 0) {
+  if (c.block_tokens <= 0 || c.n_blocks <= 0 || c.n_layer < 0) {
+    return Status(StatusCode::kInvalidArgument, "KV cache dimensions must be positive");
+  }
+  // A model without attention layers (only recurrent state) still counts positions in blocks;
+  // they hold no bytes.
+  if (c.n_layer == 0) return uint64_t{0};
+  if (c.n_kv_heads <= 0 || c.head_dim_k <= 0 || c.head_dim_v <= 0) {
     return Status(StatusCode::kInvalidArgument, "KV cache dimensions must be positive");
   }
   const uint64_t elem = c.dtype == GgmlType::F16 ? 2 : 4;

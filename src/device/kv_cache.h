@@ -28,7 +28,7 @@ namespace power {
 class RecurrentState;
 
 struct KvCacheConfig {
-  int n_layer = 0;
+  int n_layer = 0;  // 0: a model without attention layers (blocks count positions only)
   int n_kv_heads = 0;
   int head_dim_k = 0;
   int head_dim_v = 0;

@@ -3,17 +3,19 @@
 namespace power::runtime {
 
 MemoryPlanner::MemoryPlanner(uint64_t kv_block_bytes, int block_tokens, uint64_t workspace_bytes,
-                             int max_running)
+                             int max_running, uint64_t state_slot_bytes)
     : kv_block_bytes_(kv_block_bytes),
       block_tokens_(block_tokens),
       scratch_share_bytes_(workspace_bytes /
-                           static_cast<uint64_t>(max_running > 0 ? max_running : 1)) {}
+                           static_cast<uint64_t>(max_running > 0 ? max_running : 1)),
+      state_slot_bytes_(state_slot_bytes) {}
 
 MemoryPlan MemoryPlanner::plan(int64_t positions) const {
   MemoryPlan p;
   p.positions = positions;
   p.kv_blocks = (positions + block_tokens_ - 1) / block_tokens_;
   p.kv_bytes = static_cast<uint64_t>(p.kv_blocks) * kv_block_bytes_;
+  p.state_bytes = state_slot_bytes_;
   p.scratch_bytes = scratch_share_bytes_;
   return p;
 }
@@ -24,6 +26,7 @@ Status Admission::check_ever(const MemoryPlan& plan) const {
         .with("positions", plan.positions)
         .with("needed_bytes", plan.total_bytes())
         .with("kv_bytes", plan.kv_bytes)
+        .with("state_bytes", plan.state_bytes)
         .with("scratch_bytes", plan.scratch_bytes)
         .with("budget_bytes", limits_.budget_bytes)
         .with("kv_blocks", plan.kv_blocks)

@@ -1,14 +1,15 @@
 // Admission: what a request costs in memory, and whether it may start now, later or never.
 //
 // MemoryPlanner turns a request's positions (prompt + max new tokens) into a MemoryPlan: the
-// KV blocks it needs at the cache's dtype and geometry, their bytes, and its share of the
-// activation scratch (workspace bytes / max running sequences; the workspace is allocated
-// once at load, so the shares of all running work add up to it).
-// Admission holds the limits (request budget in bytes, KV pool blocks, max running) and the
-// reservations of running work. check_ever() says whether a plan could ever fit (else
-// kDoesNotFit with the numbers); fits_now() whether it fits beside current reservations.
-// Reservations are never exceeded: reserve() checks fits_now() itself.
-// Thread-safety: none; the scheduler that owns it serializes access.
+// KV blocks it needs at the cache's dtype and geometry, their bytes, the fixed-size recurrent
+// state one sequence holds (models with recurrent layers: a slot of the replica's pool), and
+// its share of the activation scratch (workspace bytes / max running sequences; the workspace is
+// allocated once at load, so the shares of all running work add up to it). Admission holds the
+// limits (request budget in bytes, KV pool blocks, max running) and the reservations of running
+// work. check_ever() says whether a plan could ever fit (else kDoesNotFit with the numbers);
+// fits_now() whether it fits beside current reservations. Reservations are never exceeded:
+// reserve() checks fits_now() itself. Thread-safety: none; the scheduler that owns it serializes
+// access.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +22,15 @@ struct MemoryPlan {
   int64_t positions = 0;  // KV positions the request may write (prompt + max new tokens)
   int64_t kv_blocks = 0;
   uint64_t kv_bytes = 0;
+  uint64_t state_bytes = 0;    // recurrent state slot (0 without recurrent layers)
   uint64_t scratch_bytes = 0;  // share of the activation workspace
-  uint64_t total_bytes() const { return kv_bytes + scratch_bytes; }
+  uint64_t total_bytes() const { return kv_bytes + state_bytes + scratch_bytes; }
 };
 
 class MemoryPlanner {
  public:
   MemoryPlanner(uint64_t kv_block_bytes, int block_tokens, uint64_t workspace_bytes,
-                int max_running);
+                int max_running, uint64_t state_slot_bytes = 0);
   MemoryPlan plan(int64_t positions) const;
   uint64_t kv_block_bytes() const { return kv_block_bytes_; }
 
@@ -36,6 +38,7 @@ class MemoryPlanner {
   uint64_t kv_block_bytes_;
   int block_tokens_;
   uint64_t scratch_share_bytes_;
+  uint64_t state_slot_bytes_;
 };
 
 struct AdmissionLimits {

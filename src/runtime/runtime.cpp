@@ -72,7 +72,8 @@ struct ModelSlot {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::unique_ptr<Workspace> ws;
   std::unique_ptr<KvCache> kv;
-  std::unique_ptr<runtime::Scheduler> sched;  // after kv: destroyed before it
+  std::unique_ptr<RecurrentState> recurrent;  // models with recurrent layers: max_running slots
+  std::unique_ptr<runtime::Scheduler> sched;  // after kv and recurrent: destroyed before them
   std::unique_ptr<runtime::ModelRunner> runner;
   std::optional<chat::ChatTemplate> chat;
   // Speculative decoding: the load's default, the draft model (shared by the replicas) and
@@ -488,6 +489,13 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   const uint64_t available =
       budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
   uint64_t fixed = fixed_extra + info.scratch_bytes;
+  // Recurrent layers: one state slot per running sequence, allocated whole here.
+  RecurrentStateConfig rc = model.recurrent_config(o.max_running);
+  uint64_t state_bytes = 0;
+  if (model.has_recurrent_state()) {
+    POWER_ASSIGN_OR_RETURN(state_bytes, RecurrentState::planned_bytes(rc));
+    fixed += state_bytes;
+  }
   KvCacheConfig draft_kc;
   if (slot.draft_model) {  // the draft workspace and a draft KV pool for max_running contexts
     draft_kc = slot.draft_model->kv_config(n_ctx, o.max_running, kv_type);
@@ -507,11 +515,15 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
         .with("weights_bytes", info.weights_bytes)
         .with("scratch_bytes", info.scratch_bytes)
         .with("kv_bytes_per_context", one_context)
+        .with("recurrent_state_bytes", state_bytes)
         .with("available_bytes", available)
         .with("budget_bytes", budget_bytes_);
   }
-  const int64_t pool_blocks = std::min<int64_t>(
-      ctx_blocks * o.max_running, static_cast<int64_t>((available - fixed) / block_bytes));
+  const int64_t pool_blocks =
+      block_bytes == 0  // no attention layers: blocks only count positions
+          ? ctx_blocks * o.max_running
+          : std::min<int64_t>(ctx_blocks * o.max_running,
+                              static_cast<int64_t>((available - fixed) / block_bytes));
   kc.n_blocks = static_cast<int>(pool_blocks);
   POWER_ASSIGN_OR_RETURN(slot.kv, KvCache::create(kc));
   if (slot.draft_model) {
@@ -520,25 +532,33 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   if (slot.mtp) {
     POWER_ASSIGN_OR_RETURN(slot.mtp_kv, KvCache::create(mtp_kc));
   }
+  if (model.has_recurrent_state()) {
+    POWER_ASSIGN_OR_RETURN(slot.recurrent, RecurrentState::create(rc));
+  }
   info.kv_blocks = pool_blocks;
   info.kv_cache_bytes = slot.kv->bytes_total();
-  // Requests reserve KV blocks of this pool and shares of this workspace, nothing else.
-  info.budget_bytes = info.scratch_bytes + info.kv_cache_bytes;
+  info.recurrent_state_bytes = state_bytes;
+  // Requests reserve KV blocks of this pool, a recurrent state slot and shares of this
+  // workspace, nothing else.
+  info.budget_bytes = info.scratch_bytes + info.kv_cache_bytes + state_bytes;
 
   runtime::SchedulerConfig sc;
   sc.max_waiting = o.max_waiting;
   sc.step_token_budget = slot.ws->max_tokens;
   sc.n_ctx = n_ctx;
   sc.aging = std::chrono::milliseconds(o.aging_ms);
-  sc.prefix_reuse = o.prefix_reuse;
+  // Shared KV blocks cannot give a recurrent layer its state at the end of the prefix.
+  sc.prefix_reuse = o.prefix_reuse && !model.has_recurrent_state();
   runtime::AdmissionLimits limits;
   limits.budget_bytes = info.budget_bytes;
   limits.kv_pool_blocks = pool_blocks;
   limits.max_running = o.max_running;
-  runtime::MemoryPlanner planner(block_bytes, kc.block_tokens, info.scratch_bytes, o.max_running);
+  runtime::MemoryPlanner planner(block_bytes, kc.block_tokens, info.scratch_bytes, o.max_running,
+                                 slot.recurrent ? slot.recurrent->slot_bytes() : 0);
   {
     std::lock_guard<std::mutex> lk(slot.mu);
-    slot.sched = std::make_unique<runtime::Scheduler>(sc, slot.kv.get(), planner, limits);
+    slot.sched = std::make_unique<runtime::Scheduler>(sc, slot.kv.get(), planner, limits,
+                                                      slot.recurrent.get());
     slot.runner = std::make_unique<runtime::ModelRunner>(model, *slot.ws, o.max_running);
   }
   slot.cv.notify_all();
@@ -585,15 +605,25 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   POWER_ASSIGN_OR_RETURN(auto file_owned, GgufFile::open(path));
   std::shared_ptr<const GgufFile> file(std::move(file_owned));
   POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
-  POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
+  // The model first: an unknown architecture or a bad tensor is the error to report, not a
+  // tokenizer the file may lack because its package brings its own.
   LoadModelOptions model_options;
   model_options.sha256 = to_hex(digest);
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file, model_options));
+  POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
   std::shared_ptr<const Model> model(std::move(model_owned));
   const ModelHparams& hp = model->hparams();
-  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+  const int64_t n_ctx_max = model->spec().n_ctx_max;  // learned positions: a hard limit
+  int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train;
+  if (o.n_ctx <= 0 && n_ctx_max > 0 && n_ctx > n_ctx_max) n_ctx = n_ctx_max;
   if (n_ctx <= 0) return Status(StatusCode::kInvalidArgument, "the context size must be positive");
+  if (n_ctx_max > 0 && n_ctx > n_ctx_max) {
+    return Status(StatusCode::kInvalidArgument,
+                  "the context exceeds the positions the model has (learned position embeddings)")
+        .with("n_ctx", n_ctx)
+        .with("n_ctx_max", n_ctx_max);
+  }
   if (n_ctx > hp.n_ctx_train && hp.n_ctx_train > 0) {
     POWER_LOG_WARN("context {} exceeds the model's training context {}", n_ctx, hp.n_ctx_train);
   }
@@ -934,6 +964,15 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   POWER_ASSIGN_OR_RETURN(
       spec::Mode spec_mode,
       runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, m.mtp != nullptr, *m.file));
+  if (spec_mode != spec::Mode::kOff && m.model->has_recurrent_state()) {
+    // A rejected draft cannot be cut out of a recurrent layer's state without a snapshot.
+    if (spec_cfg.mode != spec::Mode::kAuto) {
+      return Status(StatusCode::kUnsupported,
+                    "speculative decoding of models with recurrent layers is not supported")
+          .with("mode", spec::mode_name(spec_cfg.mode));
+    }
+    spec_mode = spec::Mode::kOff;
+  }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   int64_t max_new = request.max_tokens;
   if (max_new < 0 || (request.max_tokens_up_to_context && n_prompt + max_new > m.info.n_ctx)) {

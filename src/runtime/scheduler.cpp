@@ -35,8 +35,9 @@ int64_t StepPlan::tokens() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPlanner& planner,
-                     const AdmissionLimits& limits)
+                     const AdmissionLimits& limits, RecurrentState* recurrent)
     : cfg_(config),
+      recurrent_(recurrent),
       kv_(kv),
       planner_(planner),
       admission_(limits),
@@ -138,6 +139,15 @@ bool Scheduler::ensure_blocks(KvSequence& kv, int64_t positions) {
 bool Scheduler::admit(Seq& s, std::vector<SeqEvent>& events) {
   if (!admission_.reserve(s.plan)) return false;
   s.kv = std::make_unique<KvSequence>(kv_);
+  if (recurrent_ != nullptr) {
+    Result<int> slot = recurrent_->allocate();
+    if (!slot.ok()) {  // more running sequences than slots: wait like for memory
+      s.kv.reset();
+      admission_.release(s.plan);
+      return false;
+    }
+    s.kv->attach_recurrent(recurrent_, *slot);
+  }
   int64_t cached = 0;
   if (cfg_.prefix_reuse) {
     // Leave at least one token to compute: its logits give the next token.

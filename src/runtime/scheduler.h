@@ -37,6 +37,7 @@
 
 #include "base/status.h"
 #include "device/kv_cache.h"
+#include "device/recurrent_state.h"
 #include "runtime/admission.h"
 #include "runtime/prefix_cache.h"
 
@@ -129,8 +130,11 @@ struct StepPlan {
 
 class Scheduler {
  public:
+  // `recurrent`: the replica's recurrent-state pool (models with recurrent layers; at least
+  // max_running slots): an admitted sequence takes a slot, a finished or preempted one gives it
+  // back (a preempted sequence recomputes from its start).
   Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPlanner& planner,
-            const AdmissionLimits& limits);
+            const AdmissionLimits& limits, RecurrentState* recurrent = nullptr);
   ~Scheduler();
 
   // Queues a request. kInvalidArgument (empty prompt, max_new_tokens < 1), kDoesNotFit
@@ -169,6 +173,7 @@ class Scheduler {
   Seq* find_running(SeqId id);
 
   SchedulerConfig cfg_;
+  RecurrentState* recurrent_ = nullptr;
   KvCache* kv_;
   MemoryPlanner planner_;
   Admission admission_;

@@ -14,8 +14,9 @@
 // returns that error, naming the op. Shapes were validated at load, so this is a package
 // bug, never a consequence of input.
 // Numerics are the device's; the CPU device documents its own (docs/SDK.md): linear() with
-// Precision::kDefault may quantize activations as llama.cpp does for quantized weights,
-// kExact keeps them f32.
+// Precision::kDefault takes the device's fastest product, which on the CPU quantizes the
+// activations as llama.cpp does wherever a SIMD kernel exists for the weight type (the
+// scalar path, POWER_FORCE_ISA=scalar, keeps them f32); kExact always keeps them f32.
 // Thread-safety: an Ops belongs to one forward pass.
 #pragma once
 
@@ -92,7 +93,7 @@ inline const char* op_name(Op op) {
 enum class Index : uint8_t { kTokens, kPositions };
 
 enum class Precision : uint8_t {
-  kDefault,  // the device's fast path (the CPU quantizes activations for quantized weights)
+  kDefault,  // the device's fast path (the CPU's SIMD kernels quantize activations)
   kExact,    // f32 activations into every product (encoders, reference checks)
 };
 
