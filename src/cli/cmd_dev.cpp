@@ -157,7 +157,7 @@ Status synth(const SynthOptions& o) {
   POWER_RETURN_IF_ERROR(add("token_embd.weight", base, s.n_embd, s.n_vocab, false));
   // Main layers, then the MTP layers (llama.cpp's NextN layout: an ordinary block plus
   // nextn.eh_proj / enorm / hnorm / shared_head_norm; embed_tokens and shared_head_head are
-  // left out, so the MTP head shares the main model's, as models/mtp.h allows).
+  // left out, so the MTP head shares the main model's, as the nextn package allows).
   for (int64_t l = 0; l < s.n_layer + o.mtp; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     // llama-quantize's use_more_bits(i, n) for Q4_K_M.
