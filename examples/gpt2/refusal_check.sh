@@ -19,17 +19,9 @@ power=$1
 wrong_plugin=$2
 model="$3/gpt2-F32.gguf"
 
-if [[ ! -f "$model" ]]; then
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "CI=true but the gpt2 fixtures are missing: $3" >&2
-    exit 1
-  fi
-  echo "gpt2 fixtures not found at $3; skipping" >&2
-  exit 77
-fi
-for f in "$power" "$wrong_plugin"; do
-  [[ -e "$f" ]] || { echo "not found: $f" >&2; exit 1; }
-done
+source "$(dirname "$0")/check_common.sh"
+require_fixture "$model"
+require_files "$power" "$wrong_plugin"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -29,17 +29,9 @@ plugin=$2
 fixtures=$3
 model="$fixtures/gpt2-F32.gguf"
 
-if [[ ! -f "$model" ]]; then
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "CI=true but the gpt2 fixtures are missing: $fixtures" >&2
-    exit 1
-  fi
-  echo "gpt2 fixtures not found at $fixtures; skipping" >&2
-  exit 77
-fi
-for f in "$power" "$plugin"; do
-  [[ -e "$f" ]] || { echo "not found: $f" >&2; exit 1; }
-done
+source "$(dirname "$0")/check_common.sh"
+require_fixture "$model"
+require_files "$power" "$plugin"
 
 work=$(mktemp -d)
 server_pid=""

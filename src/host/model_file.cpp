@@ -63,43 +63,41 @@ Result<std::string> GgufModelFile::get_string(std::string_view key) const {
   return file_->get_string(key);
 }
 
-Result<std::vector<int64_t>> GgufModelFile::get_int_array(std::string_view key) const {
-  const GgufValue* v = file_->find(key);
+namespace {
+
+// The elements of an array key, each converted by `as` (an optional of T); errors name the key.
+template <typename T, typename As>
+Result<std::vector<T>> array_of(const GgufFile& file, std::string_view key, As as,
+                                const char* element) {
+  const GgufValue* v = file.find(key);
   if (v == nullptr) return missing(key);
   const auto* a = v->as_array();
   if (a == nullptr) {
     return Status(StatusCode::kInvalidArgument, "metadata key is not an array").with("key", key);
   }
-  std::vector<int64_t> out;
+  std::vector<T> out;
   out.reserve(a->size());
   for (const GgufValue& e : *a) {
-    auto i = e.as_i64();
-    if (!i) {
-      return Status(StatusCode::kInvalidArgument, "array element is not an integer")
+    auto x = as(e);
+    if (!x) {
+      return Status(StatusCode::kInvalidArgument, std::string("array element is not ") + element)
           .with("key", key);
     }
-    out.push_back(*i);
+    out.push_back(*x);
   }
   return out;
 }
 
+}  // namespace
+
+Result<std::vector<int64_t>> GgufModelFile::get_int_array(std::string_view key) const {
+  return array_of<int64_t>(
+      *file_, key, [](const GgufValue& e) { return e.as_i64(); }, "an integer");
+}
+
 Result<std::vector<double>> GgufModelFile::get_float_array(std::string_view key) const {
-  const GgufValue* v = file_->find(key);
-  if (v == nullptr) return missing(key);
-  const auto* a = v->as_array();
-  if (a == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "metadata key is not an array").with("key", key);
-  }
-  std::vector<double> out;
-  out.reserve(a->size());
-  for (const GgufValue& e : *a) {
-    auto d = e.as_f64();
-    if (!d) {
-      return Status(StatusCode::kInvalidArgument, "array element is not a number").with("key", key);
-    }
-    out.push_back(*d);
-  }
-  return out;
+  return array_of<double>(
+      *file_, key, [](const GgufValue& e) { return e.as_f64(); }, "a number");
 }
 
 Result<std::vector<std::string>> GgufModelFile::get_string_array(std::string_view key) const {

@@ -211,4 +211,30 @@ void run_output_head(sdk::Forward& f, const DecoderHparams& hp, const DecoderHea
   op.linear(head.output, nullptr, rows, f.output());
 }
 
+Status StandardDecoder::load(const sdk::ModelFile& f, sdk::Weights& w, sdk::ModelSpec& spec) {
+  POWER_RETURN_IF_ERROR(check_file(f));
+  POWER_ASSIGN_OR_RETURN(hp_, read_decoder_hparams(f, config_.arch));
+  hp_.rope_mode = config_.rope_mode;
+  head_ = bind_head(w, hp_);
+  if (config_.rope_freqs) {
+    rope_freqs_ = w.optional(tn::kRopeFreqs, {hp_.n_rot / 2}, sdk::kUseVector);
+  }
+  for (int64_t i = 0; i < hp_.n_layer; ++i)
+    layers_.push_back(bind_layer(w, hp_, i, config_.tensors));
+  decoder_spec(hp_, spec);
+  return Status();
+}
+
+Status StandardDecoder::forward(sdk::Forward& f) const {
+  sdk::Ops& op = f.ops();
+  const DecoderActs a = decoder_acts(f, buffers_);
+  op.embed(head_.token_embd, sdk::Index::kTokens, a.x);
+  const sdk::Rope rope = rope_of(hp_, rope_freqs_);
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    run_decoder_layer(op, hp_, static_cast<int>(l), layers_[static_cast<size_t>(l)], rope, a);
+  }
+  run_output_head(f, hp_, head_, buffers_, a.x);
+  return Status();
+}
+
 }  // namespace power::models

@@ -91,4 +91,33 @@ DecoderHead bind_head(sdk::Weights& w, DecoderHparams& hp);
 void run_output_head(sdk::Forward& f, const DecoderHparams& hp, const DecoderHead& head,
                      const DecoderBuffers& b, sdk::Act x);
 
+// A decoder of the llama family: separate q/k/v projections, SwiGLU FFN, pre-norm layers, as
+// llama, qwen2 and qwen3 are. What differs between them is in DecoderConfig.
+struct DecoderConfig {
+  std::string arch;  // the key prefix
+  sdk::RopeMode rope_mode = sdk::RopeMode::kNorm;
+  LayerTensors tensors;
+  bool rope_freqs = false;  // an optional rope_freqs tensor (llama3 scaling)
+};
+
+class StandardDecoder : public sdk::Model {
+ public:
+  explicit StandardDecoder(DecoderConfig config) : config_(std::move(config)) {}
+  Status load(const sdk::ModelFile& f, sdk::Weights& w, sdk::ModelSpec& spec) override;
+  void plan(sdk::Planner& p) override { buffers_ = plan_decoder(p, hp_); }
+  Status forward(sdk::Forward& f) const override;
+
+ protected:
+  // A check of the file before anything is read (an architecture's own refusals).
+  virtual Status check_file(const sdk::ModelFile& f) { return Status(); }
+
+ private:
+  DecoderConfig config_;
+  DecoderHparams hp_;
+  DecoderHead head_;
+  sdk::Weight rope_freqs_;
+  std::vector<DecoderLayer> layers_;
+  DecoderBuffers buffers_;
+};
+
 }  // namespace power::models
