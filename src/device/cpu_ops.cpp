@@ -16,19 +16,9 @@ using cpu_ops::for_each_row;
 using sdk::Act;
 using sdk::Op;
 
-const BoundWeight* bound(const sdk::Weight& w) {
-  return static_cast<const BoundWeight*>(w.handle);
-}
-
-// The f32 values of a vector weight (null when absent).
-const float* values_of(const sdk::Weight* w) {
-  if (w == nullptr || !*w) return nullptr;
-  const BoundWeight* b = bound(*w);
-  return b->f32.empty() ? nullptr : b->f32.data();
-}
-int64_t values_size(const sdk::Weight* w) {
-  return (w == nullptr || !*w) ? 0 : static_cast<int64_t>(bound(*w)->f32.size());
-}
+using cpu_ops::bound;
+using cpu_ops::values_of;
+using cpu_ops::values_size;
 
 bool is_float_type(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
@@ -435,65 +425,6 @@ void CpuOps::add_row(Act x, const sdk::Weight& w, int64_t r) {
 void CpuOps::softmax(Act x) {
   if (!start(Op::kSoftmax) || !valid(Op::kSoftmax, x, "x")) return;
   for_each_row(ws_, x.rows, [&](int64_t t) { power::softmax(row(x, t), x.cols); });
-}
-
-void CpuOps::conv1d(int layer, Act x, const sdk::Weight& kernel, const sdk::Weight* bias, Act out) {
-  if (!start(Op::kConv1d) || !valid(Op::kConv1d, x, "x") || !valid(Op::kConv1d, out, "out")) {
-    return;
-  }
-  const int rec_layer = layer >= 0 && static_cast<size_t>(layer) < layout_.recurrent_layer.size()
-                            ? layout_.recurrent_layer[static_cast<size_t>(layer)]
-                            : -1;
-  const int64_t K = kernel.ne[0], C = kernel.ne[1];
-  const float* kv = values_of(&kernel);
-  const float* bv = values_of(bias);
-  if (rec_layer < 0) {
-    fail(Op::kConv1d,
-         Status(StatusCode::kInvalidArgument, "layer has no recurrent state in the model's spec")
-             .with("layer", layer));
-    return;
-  }
-  if (kv == nullptr || K < 1 || x.cols != C || out.cols != C || x.rows != ws_.n_tokens ||
-      out.rows != ws_.n_tokens || (bv != nullptr && values_size(bias) != C)) {
-    fail(Op::kConv1d, Status(StatusCode::kInvalidArgument, "shapes do not match the kernel")
-                          .with("kernel", fmt::format("[{}, {}]", K, C))
-                          .with("x_cols", x.cols));
-    return;
-  }
-  for (const ForwardChunk& ch : ws_.chunks) {
-    if (ch.seq == nullptr || ch.seq->recurrent() == nullptr ||
-        ch.seq->recurrent()->layer_floats(rec_layer) < (K - 1) * C) {
-      fail(Op::kConv1d, Status(StatusCode::kInvalidArgument,
-                               "the sequence has no recurrent slot of the declared size")
-                            .with("layer", layer));
-      return;
-    }
-  }
-  // Per chunk, per channel: a window of the last K - 1 inputs (from the state), then the
-  // chunk's inputs in order. The state keeps inputs oldest first: hist[(k) * C + c], k < K - 1.
-  ws_.cpu.pool().parallel_for(ws_.chunks.size(), [&](size_t begin, size_t end, int) {
-    for (size_t s = begin; s < end; ++s) {
-      KvSequence& seq = *ws_.chunks[s].seq;
-      float* hist = seq.recurrent()->layer(seq.recurrent_slot(), rec_layer);
-      const int64_t t0 = ws_.chunk_start[s], n = ws_.chunk_start[s + 1] - t0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* xi = row(x, t0 + i);
-        float* yi = row(out, t0 + i);
-        for (int64_t c = 0; c < C; ++c) {
-          const float* kc = kv + c * K;
-          double acc = 0.0;
-          for (int64_t k = 0; k < K - 1; ++k) acc += static_cast<double>(kc[k]) * hist[k * C + c];
-          acc += static_cast<double>(kc[K - 1]) * xi[c];
-          yi[c] = static_cast<float>(acc + (bv != nullptr ? bv[c] : 0.0));
-        }
-        // Shift the window by one input (oldest dropped).
-        if (K > 1) {
-          std::memmove(hist, hist + C, static_cast<size_t>((K - 2) * C) * sizeof(float));
-          std::memcpy(hist + (K - 2) * C, xi, static_cast<size_t>(C) * sizeof(float));
-        }
-      }
-    }
-  });
 }
 
 void CpuOps::copy(Act src, Act dst) {

@@ -32,6 +32,10 @@ namespace power {
 struct StateLayout {
   std::vector<int> kv_layer;         // per state layer: its KV cache layer, or -1
   std::vector<int> recurrent_layer;  // per state layer: its recurrent-state layer, or -1
+  // Per state layer: where its own values (ssm_scan's state) start in its recurrent-state
+  // layer, after the conv1d window; and how many there are.
+  std::vector<int64_t> recurrent_values_offset;
+  std::vector<int64_t> recurrent_values;
 };
 
 class CpuOps final : public sdk::Ops {
@@ -61,6 +65,8 @@ class CpuOps final : public sdk::Ops {
   void softmax(sdk::Act x) override;
   void conv1d(int layer, sdk::Act x, const sdk::Weight& kernel, const sdk::Weight* bias,
               sdk::Act out) override;
+  void ssm_scan(int layer, sdk::Act x, sdk::Act dt, const sdk::Weight& A, sdk::Act B, sdk::Act C,
+                const sdk::Weight* D, sdk::Act y) override;
   void copy(sdk::Act src, sdk::Act dst) override;
   void select_output_rows(sdk::Act in, sdk::Act out) override;
   void pool(sdk::Act in, sdk::Pooling p, sdk::Act out) override;

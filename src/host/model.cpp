@@ -162,6 +162,8 @@ Status finish_load(Model& m, const Device& device, const sdk::ModelSpec& spec,
   // State: the runtime's KV cache holds one geometry for all attention layers.
   layout.kv_layer.assign(spec.state.size(), -1);
   layout.recurrent_layer.assign(spec.state.size(), -1);
+  layout.recurrent_values_offset.assign(spec.state.size(), 0);
+  layout.recurrent_values.assign(spec.state.size(), 0);
   kv = KvCacheConfig{};
   rec_floats.clear();
   int n_kv = 0;
@@ -189,6 +191,8 @@ Status finish_load(Model& m, const Device& device, const sdk::ModelSpec& spec,
         return Status(StatusCode::kInvalidArgument, "recurrent state of no size").with("layer", i);
       }
       layout.recurrent_layer[i] = static_cast<int>(rec_floats.size());
+      layout.recurrent_values_offset[i] = conv;
+      layout.recurrent_values[i] = s.values;
       rec_floats.push_back(conv + s.values);
     }
   }

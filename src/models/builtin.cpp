@@ -29,6 +29,11 @@ Status register_builtin_architectures(sdk::Registry& r) {
   a.create = make_phi3;
   POWER_RETURN_IF_ERROR(r.add(a));
   a = {};
+  a.name = "mamba";
+  a.description = "Mamba (v1) state-space decoders (recurrent state per sequence)";
+  a.create = make_mamba;
+  POWER_RETURN_IF_ERROR(r.add(a));
+  a = {};
   a.name = "bert";
   a.description = "BERT-family text-embedding encoders";
   a.kind = sdk::ModelKind::kEncoder;

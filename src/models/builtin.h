@@ -10,7 +10,7 @@
 namespace power::models {
 
 // Adds every built-in architecture: llama, qwen2, qwen3, phi3 (each with the nextn MTP head
-// where the family has one) and bert.
+// where the family has one), mamba and bert.
 Status register_builtin_architectures(sdk::Registry& registry);
 
 std::unique_ptr<sdk::Model> make_llama();
@@ -18,6 +18,7 @@ std::unique_ptr<sdk::Model> make_qwen2();
 std::unique_ptr<sdk::Model> make_qwen3();
 std::unique_ptr<sdk::Model> make_phi3();
 std::unique_ptr<sdk::Model> make_bert();
+std::unique_ptr<sdk::Model> make_mamba();
 std::unique_ptr<sdk::Model> make_nextn(sdk::RopeMode mode);
 
 }  // namespace power::models

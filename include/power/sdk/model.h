@@ -48,7 +48,7 @@ struct LayerState {
   int64_t head_dim_k = 0;
   int64_t head_dim_v = 0;
   // kRecurrent: conv1d history (conv_kernel - 1 inputs of conv_channels values) plus
-  // `values` further f32 values of the layer's own (e.g. a state-space scan's state).
+  // `values` further f32 values of the layer's own (ssm_scan's state: channels x d_state).
   int64_t conv_channels = 0;
   int64_t conv_kernel = 0;
   int64_t values = 0;

@@ -76,14 +76,16 @@ enum class Op : uint8_t {
   kCopy,
   kSelectRows,
   kPool,
+  kSsmScan,
   kCount,
 };
 
 inline const char* op_name(Op op) {
   static const char* const kNames[] = {
-      "embed",           "linear",     "rms_norm", "layer_norm", "rope",        "attention",
-      "attention_local", "activation", "glu",      "add",        "mul",         "scale",
-      "add_row",         "softmax",    "conv1d",   "copy",       "select_rows", "pool"};
+      "embed",     "linear",          "rms_norm",   "layer_norm", "rope",
+      "attention", "attention_local", "activation", "glu",        "add",
+      "mul",       "scale",           "add_row",    "softmax",    "conv1d",
+      "copy",      "select_rows",     "pool",       "ssm_scan"};
   const auto i = static_cast<size_t>(op);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "?";
 }
@@ -182,6 +184,16 @@ class Ops {
   // chunk come from the sequence's recurrent state of `layer` (zeros at its start), which is
   // updated to the last K - 1 inputs. kernel: [K, channels].
   virtual void conv1d(int layer, Act x, const Weight& kernel, const Weight* bias, Act out) = 0;
+  // The selective state-space scan of Mamba over each sequence's tokens, in order, with the
+  // state s [channels x d_state] held in the recurrent state of `layer` (after its conv1d
+  // window; zeros at the sequence's start). Per token t and channel c (D = x.cols channels,
+  // N = d_state = B.cols):
+  //   dt' = softplus(dt[t][c]) (dt[t][c] > 20: dt[t][c] itself)
+  //   s[c][n] = s[c][n] * exp(dt' * A[c][n]) + B[t][n] * x[t][c] * dt'
+  //   y[t][c] = sum_n s[c][n] * C[t][n]  (+ D[c] * x[t][c] when D is given)
+  // A: [N, D] (A[c][n] negative: -exp(A_log)), D: [D]; dt, x, y: D columns; B, C: N columns.
+  virtual void ssm_scan(int layer, Act x, Act dt, const Weight& A, Act B, Act C, const Weight* D,
+                        Act y) = 0;
   // dst = src (same rows and cols); with slices this is split and concat.
   virtual void copy(Act src, Act dst) = 0;
   // out = the rows of in whose tokens asked for output (logits), in batch order.
