@@ -54,6 +54,12 @@ struct SpeculativeOptions {
   std::string mode = "off";
   int k = 4;             // draft length 1..16 (the upper bound when adaptive)
   bool adaptive = true;  // draft length from the running acceptance rate
+  // State snapshots per verify round, 1..64 (0: min(k, 7)), for models with recurrent layers:
+  // a rejection among the first s drafted positions restores a snapshot, one beyond them
+  // replays the accepted tokens from the last snapshot. Requests get at most the s the model
+  // was loaded with (LoadOptions::speculative.s sizes the snapshot pool). No effect on
+  // attention-only models, whose KV cache is cut back exactly.
+  int s = 0;
 };
 
 // Per request: drafted / accepted tokens, the target passes that verified drafts, every
@@ -64,6 +70,10 @@ struct SpeculativeUsage {
   int64_t accepted = 0;
   int64_t verify_passes = 0;
   int64_t target_passes = 0;
+  // Recurrent layers: rollbacks from a snapshot, and those that replayed accepted tokens.
+  int64_t restores = 0;
+  int64_t replays = 0;
+  int64_t replayed_tokens = 0;
   double acceptance_rate = 0;  // accepted / drafted
   double tokens_per_pass = 0;  // completion tokens / target passes
 };

@@ -90,6 +90,9 @@ struct RuntimeStats {
   // Speculative decoding totals: tokens drafted and accepted, target passes that verified
   // drafts and the tokens those passes committed (tokens per verify pass = ratio).
   uint64_t spec_drafted = 0, spec_accepted = 0, spec_verify_passes = 0, spec_verify_tokens = 0;
+  // Models with recurrent layers: rollbacks by snapshot restore and by replay (and the tokens
+  // replayed).
+  uint64_t spec_restores = 0, spec_replays = 0, spec_replayed_tokens = 0;
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h

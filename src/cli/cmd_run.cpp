@@ -67,6 +67,7 @@ struct RunOptions {
   int64_t seed = -1;
   std::string spec_mode = "off";  // --spec: speculative decoding (docs/SPECULATIVE.md)
   int spec_k = 4;
+  int spec_s = 0;
   bool spec_fixed_k = false;
   std::string draft_model;
   std::string receipt_path;  // --receipt: write the signed receipt here
@@ -94,6 +95,7 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.threads = o.threads;
   lo.speculative.mode = o.spec_mode;
   lo.speculative.k = o.spec_k;
+  lo.speculative.s = o.spec_s;
   lo.speculative.adaptive = !o.spec_fixed_k;
   if (!o.draft_model.empty()) {
     POWER_ASSIGN_OR_RETURN(lo.draft_model, resolve_model_path(o.draft_model));
@@ -175,6 +177,11 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
                  "pass\n",
                  u.mode.c_str(), static_cast<long long>(u.drafted),
                  static_cast<long long>(u.accepted), 100.0 * u.acceptance_rate, u.tokens_per_pass);
+    if (u.restores + u.replays > 0) {
+      std::fprintf(stderr, "state rollbacks: %lld restored, %lld replayed (%lld tokens)\n",
+                   static_cast<long long>(u.restores), static_cast<long long>(u.replays),
+                   static_cast<long long>(u.replayed_tokens));
+    }
   }
   return r.text;
 }
@@ -315,6 +322,9 @@ void add_run_commands(CLI::App& app) {
   run->add_option("--spec-k", o.spec_k, "Draft tokens per target pass, 1-16 (adaptive upper bound)")
       ->capture_default_str();
   run->add_flag("--spec-fixed-k", o.spec_fixed_k, "Always draft --spec-k tokens (no adaptive k)");
+  run->add_option("--spec-s", o.spec_s,
+                  "State snapshots per verify round, 1-64 (models with recurrent layers; default "
+                  "min(k, 7); no effect on attention-only models)");
   run->add_option("--draft-model", o.draft_model,
                   "Draft model for --spec draft/auto (same vocabulary as -m)");
   run->add_flag("--verbose", o.verbose, "Print model, memory and thread information");

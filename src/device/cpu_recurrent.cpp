@@ -25,6 +25,13 @@ int recurrent_layer_of(const StateLayout& layout, int layer) {
              : -1;
 }
 
+// The slot the chunk wants the state copied to after its token i, or -1.
+int32_t snapshot_slot(const ForwardChunk& ch, int64_t i) {
+  return static_cast<size_t>(i) < ch.snapshot_slots.size()
+             ? ch.snapshot_slots[static_cast<size_t>(i)]
+             : -1;
+}
+
 }  // namespace
 
 void CpuOps::conv1d(int layer, Act x, const sdk::Weight& kernel, const sdk::Weight* bias, Act out) {
@@ -78,6 +85,11 @@ void CpuOps::conv1d(int layer, Act x, const sdk::Weight& kernel, const sdk::Weig
         if (K > 1) {
           std::memmove(hist, hist + C, static_cast<size_t>((K - 2) * C) * sizeof(float));
           std::memcpy(hist + (K - 2) * C, xi, static_cast<size_t>(C) * sizeof(float));
+        }
+        const int32_t snap = snapshot_slot(ws_.chunks[s], i);
+        if (snap >= 0 && K > 1) {
+          std::memcpy(seq.recurrent()->layer(snap, rec_layer), hist,
+                      static_cast<size_t>((K - 1) * C) * sizeof(float));
         }
       }
     }
@@ -154,6 +166,12 @@ void CpuOps::ssm_scan(int layer, Act x, Act dt, const sdk::Weight& A, Act B, Act
             sc[k] = v;
           }
           yr[c] = d != nullptr ? sum + xr[c] * d[c] : sum;
+        }
+        const int32_t snap = snapshot_slot(ws_.chunks[s], i);
+        if (snap >= 0) {
+          std::memcpy(seq.recurrent()->layer(snap, rec_layer) + offset + c0 * n_state,
+                      state + c0 * n_state,
+                      static_cast<size_t>((c1 - c0) * n_state) * sizeof(float));
         }
       }
     }

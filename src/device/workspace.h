@@ -26,6 +26,10 @@ struct ForwardChunk {
   KvSequence* seq = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // else only the last token's output
+  // Models with recurrent layers: snapshot_slots[i] >= 0 asks for a copy of the sequence's
+  // recurrent state after token i of the chunk in that slot of the same RecurrentState (the
+  // state a rollback to that position restores). Empty or -1: no copy.
+  std::span<const int32_t> snapshot_slots;
 };
 
 // Act buffer ids the host resolves per pass (not planned buffers).

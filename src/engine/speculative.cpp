@@ -40,6 +40,7 @@ Status Config::validate() const {
         .with("range", range);
   };
   if (k < 1 || k > kMaxDraft) return bad("k", k, "1..16");
+  if (s < 0 || s > 64) return bad("s", s, "1..64");
   if (ngram_min < 1 || ngram_min > 64) return bad("ngram_min", ngram_min, "1..64");
   if (ngram_max < ngram_min || ngram_max > 64) return bad("ngram_max", ngram_max, "ngram_min..64");
   return Status();

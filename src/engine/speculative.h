@@ -40,10 +40,12 @@ struct Config {
   Mode mode = Mode::kOff;
   int k = 4;             // draft length, 1..16 (with adaptive: the upper bound)
   bool adaptive = true;  // adjust k from the running acceptance rate
+  int s = 0;             // state snapshots per verify round (recurrent layers), 0..64, 0: min(k, 7)
   int ngram_min = 1;     // n-gram drafter: shortest suffix matched
   int ngram_max = 4;     // and longest, tried first
   // kInvalidArgument naming the field when out of range.
   Status validate() const;
+  int snapshots() const { return s > 0 ? s : (k < 7 ? k : 7); }
 };
 
 // Prompt lookup: finds the most recent earlier occurrence of the sequence's last n tokens

@@ -204,6 +204,7 @@ Status request_config_from_json(const nlohmann::json& c, GenerateRequest& req) {
       so.mode = sp.at("mode").get<std::string>();
       so.k = sp.at("k").get<int>();
       so.adaptive = sp.at("adaptive").get<bool>();
+      so.s = sp.value("s", 0);
       req.speculative = so;
     } else {
       req.speculative = SpeculativeOptions{};  // "off"
@@ -221,6 +222,16 @@ nlohmann::json output_json(const Completion& c) {
   o["text_sha256"] = sha256_hex(c.text);
   o["n_tokens"] = c.tokens.size();
   o["finish"] = std::string(finish_name(c.finish));
+  if (c.speculative.mode != "off") {
+    const SpeculativeUsage& u = c.speculative;
+    o["speculative"] = {{"mode", u.mode},
+                        {"drafted", u.drafted},
+                        {"accepted", u.accepted},
+                        {"verify_passes", u.verify_passes},
+                        {"restores", u.restores},
+                        {"replays", u.replays},
+                        {"replayed_tokens", u.replayed_tokens}};
+  }
   o["status"] = std::string(status_code_name(c.status.code()));
   return o;
 }

@@ -1,5 +1,7 @@
 #include "runtime/admission.h"
 
+#include <algorithm>
+
 namespace power::runtime {
 
 MemoryPlanner::MemoryPlanner(uint64_t kv_block_bytes, int block_tokens, uint64_t workspace_bytes,
@@ -10,12 +12,12 @@ MemoryPlanner::MemoryPlanner(uint64_t kv_block_bytes, int block_tokens, uint64_t
                            static_cast<uint64_t>(max_running > 0 ? max_running : 1)),
       state_slot_bytes_(state_slot_bytes) {}
 
-MemoryPlan MemoryPlanner::plan(int64_t positions) const {
+MemoryPlan MemoryPlanner::plan(int64_t positions, int snapshots) const {
   MemoryPlan p;
   p.positions = positions;
   p.kv_blocks = (positions + block_tokens_ - 1) / block_tokens_;
   p.kv_bytes = static_cast<uint64_t>(p.kv_blocks) * kv_block_bytes_;
-  p.state_bytes = state_slot_bytes_;
+  p.state_bytes = state_slot_bytes_ * static_cast<uint64_t>(1 + std::max(0, snapshots));
   p.scratch_bytes = scratch_share_bytes_;
   return p;
 }

@@ -31,7 +31,9 @@ class MemoryPlanner {
  public:
   MemoryPlanner(uint64_t kv_block_bytes, int block_tokens, uint64_t workspace_bytes,
                 int max_running, uint64_t state_slot_bytes = 0);
-  MemoryPlan plan(int64_t positions) const;
+  // `snapshots`: state snapshot copies the request holds besides its own slot (speculation on a
+  // model with recurrent layers).
+  MemoryPlan plan(int64_t positions, int snapshots = 0) const;
   uint64_t kv_block_bytes() const { return kv_block_bytes_; }
 
  private:

@@ -364,6 +364,9 @@ RuntimeStats ModelHandle::stats() const {
     s.spec_accepted += slot->spec_totals.accepted;
     s.spec_verify_passes += slot->spec_totals.verify_passes;
     s.spec_verify_tokens += slot->spec_totals.verify_tokens;
+    s.spec_restores += slot->spec_totals.restores;
+    s.spec_replays += slot->spec_totals.replays;
+    s.spec_replayed_tokens += slot->spec_totals.replayed_tokens;
   }
   return s;
 }
@@ -489,8 +492,11 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   const uint64_t available =
       budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
   uint64_t fixed = fixed_extra + info.scratch_bytes;
-  // Recurrent layers: one state slot per running sequence, allocated whole here.
-  RecurrentStateConfig rc = model.recurrent_config(o.max_running);
+  // Recurrent layers: one state slot per running sequence, plus the snapshots speculative
+  // decoding keeps per verify round (LoadOptions::speculative.s of them per sequence),
+  // allocated whole here.
+  RecurrentStateConfig rc =
+      model.recurrent_config(o.max_running * (1 + slot.spec_default.snapshots()));
   uint64_t state_bytes = 0;
   if (model.has_recurrent_state()) {
     POWER_ASSIGN_OR_RETURN(state_bytes, RecurrentState::planned_bytes(rc));
@@ -559,7 +565,8 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
     std::lock_guard<std::mutex> lk(slot.mu);
     slot.sched = std::make_unique<runtime::Scheduler>(sc, slot.kv.get(), planner, limits,
                                                       slot.recurrent.get());
-    slot.runner = std::make_unique<runtime::ModelRunner>(model, *slot.ws, o.max_running);
+    slot.runner = std::make_unique<runtime::ModelRunner>(model, *slot.ws, o.max_running,
+                                                         slot.recurrent.get());
   }
   slot.cv.notify_all();
   committed_bytes_ += fixed + info.kv_cache_bytes;
@@ -638,6 +645,12 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     Status same = spec::check_same_vocabulary(*tokenizer, *draft_tok);
     if (!same.ok()) return same.with("draft_model", o.draft_model);
     POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> dm, load_model(draft_file));
+    if (dm->has_recurrent_state()) {
+      return Status(StatusCode::kUnsupported,
+                    "a draft model with recurrent layers is not supported (its state cannot "
+                    "follow the target's rollbacks)")
+          .with("draft_model", o.draft_model);
+    }
     if (dm->hparams().n_vocab != hp.n_vocab) {
       return Status(StatusCode::kInvalidArgument,
                     "the draft model's output width differs from the target's vocabulary")
@@ -828,6 +841,7 @@ nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
     config["speculative"] = {{"enabled", true},
                              {"mode", std::string(spec::mode_name(spec_mode))},
                              {"k", spec_cfg.k},
+                             {"s", spec_cfg.snapshots()},
                              {"adaptive", spec_cfg.adaptive},
                              {"ngram_min", spec_cfg.ngram_min},
                              {"ngram_max", spec_cfg.ngram_max},
@@ -964,15 +978,6 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   POWER_ASSIGN_OR_RETURN(
       spec::Mode spec_mode,
       runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, m.mtp != nullptr, *m.file));
-  if (spec_mode != spec::Mode::kOff && m.model->has_recurrent_state()) {
-    // A rejected draft cannot be cut out of a recurrent layer's state without a snapshot.
-    if (spec_cfg.mode != spec::Mode::kAuto) {
-      return Status(StatusCode::kUnsupported,
-                    "speculative decoding of models with recurrent layers is not supported")
-          .with("mode", spec::mode_name(spec_cfg.mode));
-    }
-    spec_mode = spec::Mode::kOff;
-  }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   int64_t max_new = request.max_tokens;
   if (max_new < 0 || (request.max_tokens_up_to_context && n_prompt + max_new > m.info.n_ctx)) {
@@ -1042,6 +1047,10 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   sr.deadline = r->req.deadline;
   sr.runner_state = r->sampler.get();
   sr.drafter = r->spec.get();
+  if (sr.drafter != nullptr && m.model->has_recurrent_state()) {
+    // Snapshots per verify round: the request's s, at most what the pool holds per sequence.
+    sr.snapshot_slots = std::min(spec_cfg.snapshots(), m.spec_default.snapshots());
+  }
   {
     std::lock_guard<std::mutex> lk(m.mu);
     if (m.stopping) return Status(StatusCode::kCancelled, "the runtime is shutting down");

@@ -65,7 +65,8 @@ Status Scheduler::add(SeqRequest request, Clock::time_point now) {
         .with("max_new_tokens", request.max_new_tokens)
         .with("n_ctx", cfg_.n_ctx);
   }
-  MemoryPlan plan = planner_.plan(positions);
+  MemoryPlan plan =
+      planner_.plan(positions, request.drafter != nullptr ? request.snapshot_slots : 0);
   POWER_RETURN_IF_ERROR(admission_.check_ever(plan));
   if (static_cast<int>(waiting_.size()) >= cfg_.max_waiting) {
     return Status(StatusCode::kQueueFull, "the waiting queue is full")
@@ -265,6 +266,7 @@ StepPlan Scheduler::plan(Clock::time_point now) {
     it.id = s.req.id;
     it.kv = s.kv.get();
     it.drafter = s.req.drafter;
+    it.snapshots = s.req.snapshot_slots;
     if (n_draft > 0) {
       it.tokens = s.verify;
       it.n_draft = n_draft;

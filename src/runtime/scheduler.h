@@ -72,6 +72,10 @@ class DraftSource {
   // row) of every pass that included the sequence, rows at positions [pos0, pos0 + n_rows).
   virtual bool wants_hidden() const { return false; }
   virtual void observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) {}
+  // Models with recurrent layers: after a verify pass that rejected a draft, the runner put
+  // the sequence's state back at the last accepted position, from a snapshot (restore) or by
+  // running `replayed_tokens` accepted tokens again from the nearest one (replay).
+  virtual void rolled_back(bool replayed, int replayed_tokens) {}
 };
 
 struct SeqRequest {
@@ -82,6 +86,9 @@ struct SeqRequest {
   std::optional<Clock::time_point> deadline;  // latest time it may still be waiting
   void* runner_state = nullptr;               // handed to the runner (e.g. its sampler)
   DraftSource* drafter = nullptr;             // speculative decoding; null: plain decoding
+  // Speculation on a model with recurrent layers: state snapshots per verify round (each a
+  // slot of the replica's recurrent-state pool, counted by admission).
+  int snapshot_slots = 0;
 };
 
 struct BatchItem {
@@ -94,6 +101,7 @@ struct BatchItem {
   // the runner needs the logits of every position).
   int n_draft = 0;
   DraftSource* drafter = nullptr;  // the sequence's drafter (every item of the sequence)
+  int snapshots = 0;               // SeqRequest::snapshot_slots
 };
 
 class StepRunner {

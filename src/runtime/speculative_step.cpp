@@ -9,6 +9,7 @@ Result<spec::Config> to_spec_config(const SpeculativeOptions& o) {
   spec::Config c;
   POWER_ASSIGN_OR_RETURN(c.mode, spec::parse_mode(o.mode));
   c.k = o.k;
+  c.s = o.s;
   c.adaptive = o.adaptive;
   POWER_RETURN_IF_ERROR(c.validate());
   return c;
@@ -89,6 +90,18 @@ void SpecSequence::verified(int drafted, int accepted) {
   totals_->accepted += static_cast<uint64_t>(accepted);
   ++totals_->verify_passes;
   totals_->verify_tokens += static_cast<uint64_t>(accepted) + 1;
+}
+
+void SpecSequence::rolled_back(bool replayed, int replayed_tokens) {
+  if (replayed) {
+    ++usage_->replays;
+    usage_->replayed_tokens += replayed_tokens;
+    ++totals_->replays;
+    totals_->replayed_tokens += static_cast<uint64_t>(replayed_tokens);
+  } else {
+    ++usage_->restores;
+    ++totals_->restores;
+  }
 }
 
 std::span<const float> SpecSequence::draft_probs() const {

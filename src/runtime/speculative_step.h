@@ -34,6 +34,7 @@ struct SpecCounters {
   uint64_t accepted = 0;
   uint64_t verify_passes = 0;  // target passes that verified drafts
   uint64_t verify_tokens = 0;  // tokens those passes committed (accepted + 1 each)
+  uint64_t restores = 0, replays = 0, replayed_tokens = 0;  // recurrent-state rollbacks
 };
 
 // spec::Config from the public options (validated).
@@ -54,6 +55,7 @@ class SpecSequence : public DraftSource {
                std::unique_ptr<spec::MtpDrafter> mtp = nullptr);
   int draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) override;
   void verified(int drafted, int accepted) override;
+  void rolled_back(bool replayed, int replayed_tokens) override;
   std::span<const float> draft_probs() const override;
   bool wants_hidden() const override { return mtp_ != nullptr; }
   void observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) override;

@@ -145,7 +145,10 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
       {"drafted", &RuntimeStats::spec_drafted},
       {"accepted", &RuntimeStats::spec_accepted},
       {"verify_passes", &RuntimeStats::spec_verify_passes},
-      {"verify_tokens", &RuntimeStats::spec_verify_tokens}};
+      {"verify_tokens", &RuntimeStats::spec_verify_tokens},
+      {"restores", &RuntimeStats::spec_restores},
+      {"replays", &RuntimeStats::spec_replays},
+      {"replayed_tokens", &RuntimeStats::spec_replayed_tokens}};
   for (const auto& [what, field] : spec) {
     header(fmt::format("power_speculative_{}_total", what), "counter",
            fmt::format("Speculative decoding: {} (tokens or passes), per model.", what));

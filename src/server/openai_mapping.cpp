@@ -528,6 +528,10 @@ void add_speculative_fields(FieldTable& t) {
         int64_t n = 0;
         if (auto e = read_integer(value, name, 1, 16, &n)) return e;
         o.k = static_cast<int>(n);
+      } else if (key == "s") {
+        int64_t n = 0;
+        if (auto e = read_integer(value, name, 1, 64, &n)) return e;
+        o.s = static_cast<int>(n);
       } else if (key == "adaptive") {
         if (auto e = read_bool(value, name, &o.adaptive)) return e;
       } else {

@@ -6,9 +6,9 @@
 // bits (the state carries the window across passes); snapshot and restore of a slot give the
 // logits of the uninterrupted sequence again; through the runtime, concurrent requests in one
 // continuous batch each get what they get alone, the state pool is counted by admission
-// (ModelInfo::recurrent_state_bytes; a budget without room for it is kDoesNotFit naming it),
-// prefix reuse and speculation stay off for such models, and a sequence without a slot is an
-// error, not a wrong answer.
+// (ModelInfo::recurrent_state_bytes, with the snapshot slots of speculative decoding; a budget
+// without room for it is kDoesNotFit naming it), speculation gives the plain output, and a
+// sequence without a slot is an error, not a wrong answer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -291,8 +291,9 @@ TEST_F(RecurrentModel, TheRuntimeBatchesSequencesWithTheirOwnState) {
   ASSERT_TRUE(rt.ok());
   auto m = (*rt)->load(path_, runtime_options());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  // One slot per running sequence: (kK - 1) * kE floats.
-  EXPECT_EQ(m->info().recurrent_state_bytes, 3u * (kK - 1) * kE * sizeof(float));
+  // A slot of (kK - 1) * kE floats per running sequence and per state snapshot of speculative
+  // decoding (LoadOptions::speculative.s, default min(k, 7) = 4): 3 x (1 + 4).
+  EXPECT_EQ(m->info().recurrent_state_bytes, 3u * 5u * (kK - 1) * kE * sizeof(float));
   // The scoring API runs the same pass.
   auto scored = (*rt)->logits(*m, kTokens);
   ASSERT_TRUE(scored.ok()) << scored.status().to_string();
@@ -327,17 +328,15 @@ TEST_F(RecurrentModel, TheRuntimeBatchesSequencesWithTheirOwnState) {
     for (size_t i = 0; i < hs.size(); ++i) EXPECT_EQ(hs[i].wait().tokens, alone[i]) << i;
   }
   EXPECT_EQ(m->stats().prefix_cache_blocks, 0);  // prefix reuse is off for recurrent models
-  // Speculation needs snapshots such models do not have yet: refused; auto runs plainly.
-  GenerateRequest spec = greedy(prompts[0]);
-  spec.speculative = SpeculativeOptions{};
-  spec.speculative->mode = "ngram";
-  auto refused = (*rt)->submit(*m, spec);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
-  spec.speculative->mode = "auto";
-  auto h = (*rt)->submit(*m, spec);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  EXPECT_EQ(h->wait().tokens, alone[0]);
+  // Speculation rolls the state back through snapshots: the output is the plain one.
+  for (const char* mode : {"ngram", "auto"}) {
+    GenerateRequest spec = greedy(prompts[0]);
+    spec.speculative = SpeculativeOptions{};
+    spec.speculative->mode = mode;
+    auto h = (*rt)->submit(*m, spec);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    EXPECT_EQ(h->wait().tokens, alone[0]) << mode;
+  }
 }
 
 TEST_F(RecurrentModel, AdmissionCountsTheStatePool) {
@@ -348,7 +347,8 @@ TEST_F(RecurrentModel, AdmissionCountsTheStatePool) {
   auto m = (*rt)->load(path_, runtime_options());
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kDoesNotFit);
-  EXPECT_NE(m.status().to_string().find("recurrent_state_bytes=192"), std::string::npos)
+  // 3 running x (1 + 4 snapshots) slots of 64 bytes.
+  EXPECT_NE(m.status().to_string().find("recurrent_state_bytes=960"), std::string::npos)
       << m.status().to_string();
 }
 

@@ -192,5 +192,64 @@ TEST(MambaRuntime, EightConcurrentRequestsEachGetWhatTheyGetAlone) {
   EXPECT_GT(m->stats().steps, 0u);
 }
 
+// Speculation through the runtime with n-gram drafts, K in {1, 3, 7} x S in {1, 3, 7}: the
+// output equals plain greedy decoding. A logit bias confines the output to two tokens whose
+// order the model decides, so the drafts of the prompt lookup are right for a while and then
+// wrong: rejections fall inside and beyond the snapshot window (restores and replays counted).
+TEST(MambaRuntime, SpeculativeGreedyEqualsPlainForEveryKAndS) {
+  POWER_REQUIRE_SHARED();
+  auto rt = Runtime::create({});
+  ASSERT_TRUE(rt.ok());
+  LoadOptions o;
+  o.n_ctx = 256;
+  o.max_running = 2;
+  o.threads = 2;
+  o.speculative.s = 7;  // the snapshot pool: 7 per sequence
+  auto m = (*rt)->load(dir() + "/mamba-F32.gguf", o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto tokens = read_ids(dir() + "/tokens.txt");
+  auto request = [&](std::optional<SpeculativeOptions> spec) {
+    GenerateRequest r;
+    r.prompt_tokens.assign(tokens.begin(), tokens.begin() + 12);
+    r.max_tokens = 64;
+    r.sampling.temperature = 0;
+    r.sampling.logit_bias = {{420, 30.0f}, {105, 30.0f}};
+    r.ignore_eos = true;
+    r.speculative = std::move(spec);
+    return r;
+  };
+  auto plain_h = (*rt)->submit(*m, request(std::nullopt));
+  ASSERT_TRUE(plain_h.ok()) << plain_h.status().to_string();
+  const Completion plain = plain_h->wait();
+  ASSERT_EQ(plain.tokens.size(), 64u);
+  int64_t restores = 0, replays = 0;
+  for (int k : {1, 3, 7}) {
+    for (int s : {1, 3, 7}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + " s=" + std::to_string(s));
+      SpeculativeOptions so;
+      so.mode = "ngram";
+      so.k = k;
+      so.s = s;
+      so.adaptive = false;
+      auto h = (*rt)->submit(*m, request(so));
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      const Completion c = h->wait();
+      ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+      EXPECT_EQ(c.tokens, plain.tokens);
+      EXPECT_GT(c.speculative.drafted, 0);
+      restores += c.speculative.restores;
+      replays += c.speculative.replays;
+      if (s >= k) EXPECT_EQ(c.speculative.replays, 0);  // every rejection inside the window
+    }
+  }
+  std::printf("  restores %lld, replays %lld over the 9 runs\n", static_cast<long long>(restores),
+              static_cast<long long>(replays));
+  EXPECT_GT(restores, 0);
+  EXPECT_GT(replays, 0);
+  const RuntimeStats st = m->stats();
+  EXPECT_EQ(st.spec_restores, static_cast<uint64_t>(restores));
+  EXPECT_EQ(st.spec_replays, static_cast<uint64_t>(replays));
+}
+
 }  // namespace
 }  // namespace power
