@@ -23,6 +23,10 @@
 namespace power {
 
 struct ForwardChunk {
+  ForwardChunk() = default;
+  ForwardChunk(KvSequence* s, std::span<const int32_t> t, bool all = false,
+               std::span<const int32_t> snapshots = {})
+      : seq(s), tokens(t), all_logits(all), snapshot_slots(snapshots) {}
   KvSequence* seq = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // else only the last token's output
