@@ -48,6 +48,11 @@ struct LoadOptions {
   std::string kv_type = "f16";      // f16 or f32
   int threads = 0;                  // compute threads; 0: all cores
   bool prefix_reuse = true;
+  // Models with recurrent layers: state checkpoints the prefix cache keeps (slots beside the
+  // running sequences', ModelInfo::state_checkpoint_bytes), so that a repeated prompt prefix
+  // continues from a saved state instead of being recomputed. 0: such models recompute every
+  // prompt. No effect on attention-only models. docs/API.md "Recurrent state".
+  int state_checkpoints = 16;
   int aging_ms = 2000;  // a waiting request rises one priority level per interval
   // Session replicas: each has its own KV pool, workspace, sampler states, scheduler and
   // worker over the one read-only copy of the weights; submit() picks the least loaded one
@@ -74,10 +79,12 @@ struct ModelInfo {
   uint64_t kv_cache_bytes = 0;  // KV block pool
   uint64_t kv_block_bytes = 0;
   int64_t kv_blocks = 0;
-  uint64_t recurrent_state_bytes = 0;  // recurrent layers' state slots (one per running sequence)
-  uint64_t scratch_bytes = 0;          // activation workspace
-  uint64_t budget_bytes = 0;           // what requests may reserve in all (per replica: its
-                                       // workspace + KV pool)
+  uint64_t recurrent_state_bytes = 0;   // recurrent layers' state slots (one per running sequence)
+                                        // and its speculative snapshots
+  uint64_t state_checkpoint_bytes = 0;  // the prefix cache's state checkpoints
+  uint64_t scratch_bytes = 0;           // activation workspace
+  uint64_t budget_bytes = 0;            // what requests may reserve in all (per replica: its
+                                        // workspace + KV pool)
   int threads = 0;
   int replicas = 1;
 };
@@ -86,6 +93,7 @@ struct RuntimeStats {
   int running = 0, waiting = 0;
   uint64_t reserved_bytes = 0, peak_reserved_bytes = 0, budget_bytes = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_blocks = 0;
+  int64_t prefix_state_checkpoints = 0;  // recurrent models: states the prefix cache holds
   uint64_t steps = 0;
   // Speculative decoding totals: tokens drafted and accepted, target passes that verified
   // drafts and the tokens those passes committed (tokens per verify pass = ratio).

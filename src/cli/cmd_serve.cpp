@@ -48,6 +48,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--threads")) o.load.threads = a.opts.load.threads;
   if (given("--replicas")) o.load.replicas = a.opts.load.replicas;
   if (given("--kv-type")) o.load.kv_type = a.opts.load.kv_type;
+  if (given("--state-checkpoints")) o.load.state_checkpoints = a.opts.load.state_checkpoints;
   // ONNX models (docs/SERVER.md "ONNX models").
   const onnx::ServiceOptions& x = a.opts.onnx;
   for (const auto& m : x.vad_models) o.onnx.vad_models.push_back(m);
@@ -140,6 +141,11 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--replicas", o.load.replicas, "Session replicas per model")
       ->capture_default_str();
   cmd->add_option("--kv-type", o.load.kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  cmd->add_option("--state-checkpoints", o.load.state_checkpoints,
+                  "Recurrent models: state checkpoints the prefix cache keeps per replica (0: "
+                  "recompute every prompt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   onnx::ServiceOptions& x = o.onnx;
   cmd->add_option("--vad-model", x.vad_models,
                   "[ID=]Silero VAD ONNX file or store name for POST /v1/audio/vad (repeatable)");

@@ -45,6 +45,8 @@ Status ModelRunner::run_speculative(std::span<const BatchItem> items,
       }
       snapshot_count_[i] = got;
       c.snapshot_slots = slots;
+    } else if (recurrent_ != nullptr) {
+      c.snapshot_slots = it.checkpoints;  // prefix-cache checkpoints of a prompt chunk
     }
     chunks_.push_back(c);
   }

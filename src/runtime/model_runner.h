@@ -8,6 +8,8 @@
 // last accepted position: from its snapshot when the rejection lies inside the window
 // (restore), else from the last snapshot plus one more pass over the accepted tokens after it
 // (replay; all of a step's replays share one pass). Both are reported to the drafter.
+// Prompt chunks may ask for the state at block ends the same way (BatchItem::checkpoints,
+// slots the scheduler took for the prefix cache).
 // Memory: the logits rows (max_items x n_vocab) are allocated once at construction and grow
 // to the largest batch of verify rows seen (at most step_token_budget rows); the workspace
 // is the caller's and must hold step_token_budget tokens.

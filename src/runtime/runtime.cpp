@@ -359,6 +359,7 @@ RuntimeStats ModelHandle::stats() const {
     s.kv_blocks_total += slot->kv->config().n_blocks;
     s.kv_blocks_used += slot->kv->blocks_used();
     s.prefix_cache_blocks += static_cast<int64_t>(slot->sched->prefix_cache().entries());
+    s.prefix_state_checkpoints += slot->sched->prefix_cache().checkpoints();
     s.steps += slot->steps;
     s.spec_drafted += slot->spec_totals.drafted;
     s.spec_accepted += slot->spec_totals.accepted;
@@ -495,12 +496,18 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   // Recurrent layers: one state slot per running sequence, plus the snapshots speculative
   // decoding keeps per verify round (LoadOptions::speculative.s of them per sequence),
   // allocated whole here.
-  RecurrentStateConfig rc =
-      model.recurrent_config(o.max_running * (1 + slot.spec_default.snapshots()));
-  uint64_t state_bytes = 0;
+  // The prefix cache's state checkpoints (LoadOptions::state_checkpoints) come on top.
+  const int running_slots = o.max_running * (1 + slot.spec_default.snapshots());
+  const int checkpoints =
+      model.has_recurrent_state() && o.prefix_reuse ? std::max(0, o.state_checkpoints) : 0;
+  RecurrentStateConfig rc = model.recurrent_config(running_slots + checkpoints);
+  uint64_t state_bytes = 0, checkpoint_bytes = 0;
   if (model.has_recurrent_state()) {
-    POWER_ASSIGN_OR_RETURN(state_bytes, RecurrentState::planned_bytes(rc));
-    fixed += state_bytes;
+    POWER_ASSIGN_OR_RETURN(uint64_t slot_bytes,
+                           RecurrentState::planned_bytes(model.recurrent_config(1)));
+    state_bytes = slot_bytes * static_cast<uint64_t>(running_slots);
+    checkpoint_bytes = slot_bytes * static_cast<uint64_t>(checkpoints);
+    fixed += state_bytes + checkpoint_bytes;
   }
   KvCacheConfig draft_kc;
   if (slot.draft_model) {  // the draft workspace and a draft KV pool for max_running contexts
@@ -522,6 +529,7 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
         .with("scratch_bytes", info.scratch_bytes)
         .with("kv_bytes_per_context", one_context)
         .with("recurrent_state_bytes", state_bytes)
+        .with("state_checkpoint_bytes", checkpoint_bytes)
         .with("available_bytes", available)
         .with("budget_bytes", budget_bytes_);
   }
@@ -544,6 +552,7 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   info.kv_blocks = pool_blocks;
   info.kv_cache_bytes = slot.kv->bytes_total();
   info.recurrent_state_bytes = state_bytes;
+  info.state_checkpoint_bytes = checkpoint_bytes;
   // Requests reserve KV blocks of this pool, a recurrent state slot and shares of this
   // workspace, nothing else.
   info.budget_bytes = info.scratch_bytes + info.kv_cache_bytes + state_bytes;
@@ -553,8 +562,10 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   sc.step_token_budget = slot.ws->max_tokens;
   sc.n_ctx = n_ctx;
   sc.aging = std::chrono::milliseconds(o.aging_ms);
-  // Shared KV blocks cannot give a recurrent layer its state at the end of the prefix.
-  sc.prefix_reuse = o.prefix_reuse && !model.has_recurrent_state();
+  // Recurrent layers get their state at the end of a shared prefix from the prefix cache's
+  // checkpoints (none: every prompt is recomputed).
+  sc.prefix_reuse = o.prefix_reuse;
+  sc.state_checkpoints = checkpoints;
   runtime::AdmissionLimits limits;
   limits.budget_bytes = info.budget_bytes;
   limits.kv_pool_blocks = pool_blocks;

@@ -24,6 +24,11 @@ struct Scheduler::Seq {
   bool admitted_before = false;
   bool prefix_cached = false;   // the prompt's blocks were offered to the prefix cache
   std::vector<int32_t> verify;  // speculative verify chunk: last token, then the drafts
+  // Recurrent models: prompt block counts whose end state goes to the prefix cache, the slots
+  // of this step's chunk (BatchItem::checkpoints) and the checkpoints it is writing.
+  std::vector<int64_t> checkpoint_blocks;
+  std::vector<int32_t> checkpoint_slots;
+  std::vector<PrefixCache::Checkpoint> checkpoints_pending;
   int64_t num_target() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_generated() const { return num_target() - n_prompt; }
 };
@@ -41,7 +46,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPla
       kv_(kv),
       planner_(planner),
       admission_(limits),
-      prefix_(kv, config.prefix_cache_max_entries) {
+      prefix_(kv, config.prefix_cache_max_entries, recurrent,
+              recurrent != nullptr && config.prefix_reuse ? config.state_checkpoints : 0) {
   POWER_CHECK(cfg_.step_token_budget >= limits.max_running);
 }
 
@@ -150,12 +156,20 @@ bool Scheduler::admit(Seq& s, std::vector<SeqEvent>& events) {
     s.kv->attach_recurrent(recurrent_, *slot);
   }
   int64_t cached = 0;
+  s.checkpoint_blocks.clear();
   if (cfg_.prefix_reuse) {
     // Leave at least one token to compute: its logits give the next token.
     const int bt = kv_->config().block_tokens;
-    std::vector<int> blocks = prefix_.match(s.tokens, (s.num_target() - 1) / bt);
-    s.kv->share_prefix(blocks);
-    cached = static_cast<int64_t>(blocks.size()) * bt;
+    const int64_t limit = (s.num_target() - 1) / bt;
+    PrefixCache::Match m = prefix_.match(s.tokens, limit);
+    s.kv->share_prefix(m.blocks);
+    const auto used = static_cast<int64_t>(m.blocks.size());
+    cached = used * bt;
+    if (recurrent_ != nullptr) {
+      if (m.checkpoint >= 0) recurrent_->copy(m.checkpoint, s.kv->recurrent_slot());
+      if (m.chain_blocks > used) s.checkpoint_blocks.push_back(m.chain_blocks);
+      if (limit > used && limit != m.chain_blocks) s.checkpoint_blocks.push_back(limit);
+    }
   }
   s.num_computed = cached;
   s.admit_order = next_order_++;
@@ -170,11 +184,28 @@ bool Scheduler::admit(Seq& s, std::vector<SeqEvent>& events) {
 }
 
 void Scheduler::release(Seq& s) {
+  for (const PrefixCache::Checkpoint& c : s.checkpoints_pending) prefix_.drop_checkpoint(c.slot);
+  s.checkpoints_pending.clear();
   if (!s.kv) return;
   if (cfg_.prefix_reuse) prefix_.insert(s.tokens, s.kv->n_tokens(), s.kv->blocks());
   s.kv.reset();
   s.num_computed = 0;
   admission_.release(s.plan);
+}
+
+void Scheduler::plan_checkpoints(Seq& s, int64_t n) {
+  s.checkpoint_slots.clear();
+  if (s.checkpoint_blocks.empty()) return;
+  const int64_t bt = kv_->config().block_tokens;
+  for (int64_t b : s.checkpoint_blocks) {
+    const int64_t end = b * bt;  // the state after token end - 1
+    if (end <= s.num_computed || end > s.num_computed + n) continue;
+    const int slot = prefix_.take_checkpoint();
+    if (slot < 0) continue;  // none to spare: a later prompt recomputes these blocks
+    s.checkpoint_slots.resize(static_cast<size_t>(n), -1);
+    s.checkpoint_slots[static_cast<size_t>(end - 1 - s.num_computed)] = slot;
+    s.checkpoints_pending.push_back({b - 1, slot});
+  }
 }
 
 void Scheduler::preempt(size_t running_index, Clock::time_point now,
@@ -249,10 +280,11 @@ StepPlan Scheduler::plan(Clock::time_point now) {
       preempt(static_cast<size_t>(victim), now, plan.events);
       continue;
     }
-    std::unique_ptr<Seq> s = std::move(waiting_.front());
+    // admit() fails only when the recurrent-state pool has no slot left (admission counts
+    // them, so not while its accounting holds): the head waits like for memory.
+    if (!admit(*waiting_.front(), plan.events)) break;
+    running_.push_back(std::move(waiting_.front()));
     waiting_.erase(waiting_.begin());
-    POWER_CHECK(admit(*s, plan.events));
-    running_.push_back(std::move(s));
   }
   // 4. One batch: decode tokens first, then prompt chunks, under the token budget.
   int64_t budget = cfg_.step_token_budget;
@@ -273,6 +305,8 @@ StepPlan Scheduler::plan(Clock::time_point now) {
     } else {
       it.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.num_computed),
                                                              static_cast<size_t>(n));
+      plan_checkpoints(s, n);
+      if (!s.checkpoints_pending.empty()) it.checkpoints = s.checkpoint_slots;
     }
     it.wants_token = s.num_computed + n == s.num_target() + n_draft;
     it.runner_state = s.req.runner_state;
@@ -345,6 +379,10 @@ std::vector<SeqEvent> Scheduler::commit(const StepPlan& plan, std::span<const in
       if (it.drafter != nullptr) it.drafter->verified(it.n_draft, n_accepted);
     } else {
       s->num_computed += static_cast<int64_t>(it.tokens.size());
+      if (!s->checkpoints_pending.empty()) {  // the pass wrote them: the prefix cache takes them
+        prefix_.insert(s->tokens, s->num_computed, s->kv->blocks(), s->checkpoints_pending);
+        s->checkpoints_pending.clear();
+      }
     }
     POWER_CHECK(s->kv->n_tokens() == s->num_computed);
     if (!it.wants_token || s->cancelled) continue;

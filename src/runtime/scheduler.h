@@ -53,6 +53,11 @@ struct SchedulerConfig {
   Clock::duration aging = std::chrono::seconds(2);
   bool prefix_reuse = true;
   size_t prefix_cache_max_entries = 1 << 16;
+  // Models with recurrent layers: state checkpoints the prefix cache may hold (slots of the
+  // recurrent-state pool beyond the running sequences' and their snapshots'). A prefill
+  // checkpoints the state at the end of its last full prompt block and where its prompt left
+  // the cached chain (the point a prompt sharing that prefix would diverge).
+  int state_checkpoints = 0;
 };
 
 // Proposes draft tokens for one sequence (speculative decoding); the runtime's implementation
@@ -102,6 +107,9 @@ struct BatchItem {
   int n_draft = 0;
   DraftSource* drafter = nullptr;  // the sequence's drafter (every item of the sequence)
   int snapshots = 0;               // SeqRequest::snapshot_slots
+  // Prefill chunks of models with recurrent layers: checkpoints[i] >= 0 asks for the state
+  // after token i in that slot (ForwardChunk::snapshot_slots); empty: none.
+  std::span<const int32_t> checkpoints;
 };
 
 class StepRunner {
@@ -140,7 +148,8 @@ class Scheduler {
  public:
   // `recurrent`: the replica's recurrent-state pool (models with recurrent layers; at least
   // max_running slots): an admitted sequence takes a slot, a finished or preempted one gives it
-  // back (a preempted sequence recomputes from its start).
+  // back (a preempted sequence recomputes from its start, or from the prefix cache's deepest
+  // state checkpoint of its tokens).
   Scheduler(const SchedulerConfig& config, KvCache* kv, const MemoryPlanner& planner,
             const AdmissionLimits& limits, RecurrentState* recurrent = nullptr);
   ~Scheduler();
@@ -176,6 +185,9 @@ class Scheduler {
   int effective_rank(const Seq& s, Clock::time_point now) const;
   bool admit(Seq& s, std::vector<SeqEvent>& events);
   void release(Seq& s);
+  // Takes checkpoint slots for the blocks of s.checkpoint_blocks that end inside the next n
+  // positions (s.checkpoint_slots, s.checkpoints_pending).
+  void plan_checkpoints(Seq& s, int64_t n);
   void preempt(size_t running_index, Clock::time_point now, std::vector<SeqEvent>& events);
   bool ensure_blocks(KvSequence& kv, int64_t positions);
   Seq* find_running(SeqId id);

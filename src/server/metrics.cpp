@@ -129,6 +129,12 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_prefix_cache_blocks{{model=\"{}\"}} {}\n", label(m.name),
                      m.stats.prefix_cache_blocks);
   }
+  header("power_prefix_state_checkpoints", "gauge",
+         "Recurrent-state checkpoints held by the prefix cache, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_prefix_state_checkpoints{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.prefix_state_checkpoints);
+  }
   header("power_reserved_bytes", "gauge", "Memory reserved by admitted requests, per model.");
   for (const auto& m : models) {
     o += fmt::format("power_reserved_bytes{{model=\"{}\"}} {}\n", label(m.name),

@@ -100,6 +100,8 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(integer(&o->load.threads, 0, 4096));
     } else if (key == "replicas") {
       POWER_RETURN_IF_ERROR(integer(&o->load.replicas, 1, 256));
+    } else if (key == "state_checkpoints") {
+      POWER_RETURN_IF_ERROR(integer(&o->load.state_checkpoints, 0, 4096));
     } else if (key == "kv_type") {
       POWER_RETURN_IF_ERROR(str(&o->load.kv_type));
     } else if (key == "store_home") {

@@ -7,8 +7,10 @@
 // logits of the uninterrupted sequence again; through the runtime, concurrent requests in one
 // continuous batch each get what they get alone, the state pool is counted by admission
 // (ModelInfo::recurrent_state_bytes, with the snapshot slots of speculative decoding; a budget
-// without room for it is kDoesNotFit naming it), speculation gives the plain output, and a
-// sequence without a slot is an error, not a wrong answer.
+// without room for it is kDoesNotFit naming it), speculation gives the plain output, a prefix
+// cache hit continues from a state checkpoint with the bits of a cold run (the attention
+// layer's KV blocks shared, the conv window restored), and a sequence without a slot is an
+// error, not a wrong answer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -327,7 +329,6 @@ TEST_F(RecurrentModel, TheRuntimeBatchesSequencesWithTheirOwnState) {
     }
     for (size_t i = 0; i < hs.size(); ++i) EXPECT_EQ(hs[i].wait().tokens, alone[i]) << i;
   }
-  EXPECT_EQ(m->stats().prefix_cache_blocks, 0);  // prefix reuse is off for recurrent models
   // Speculation rolls the state back through snapshots: the output is the plain one.
   for (const char* mode : {"ngram", "auto"}) {
     GenerateRequest spec = greedy(prompts[0]);
@@ -337,6 +338,67 @@ TEST_F(RecurrentModel, TheRuntimeBatchesSequencesWithTheirOwnState) {
     ASSERT_TRUE(h.ok()) << h.status().to_string();
     EXPECT_EQ(h->wait().tokens, alone[0]) << mode;
   }
+}
+
+TEST_F(RecurrentModel, PrefixCacheHitsRestoreTheStateAndShareTheBlocks) {
+  // Prompts of 36-40 tokens over the 16-token vocabulary; the second and fourth repeat or
+  // extend earlier ones.
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 36; ++i) a.push_back(static_cast<int32_t>((i * 5 + 1) % kV));
+  b.assign(a.begin(), a.begin() + 17);
+  for (int i = 0; i < 20; ++i) b.push_back(static_cast<int32_t>((i * 3 + 2) % kV));
+  std::vector<int32_t> a2 = a;
+  a2.insert(a2.end(), {4, 9, 1, 12});
+  const std::vector<std::vector<int32_t>> prompts = {a, a, b, a2, b};
+  auto run = [&](int checkpoints, std::vector<Completion>& out, RuntimeStats& stats) {
+    auto rt = Runtime::create({});
+    ASSERT_TRUE(rt.ok());
+    LoadOptions o = runtime_options();
+    o.n_ctx = 64;
+    o.state_checkpoints = checkpoints;
+    auto m = (*rt)->load(path_, o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    // 3 running x (1 + 4) slots, then the checkpoints, (kK - 1) x kE floats each.
+    EXPECT_EQ(m->info().state_checkpoint_bytes,
+              static_cast<uint64_t>(checkpoints) * (kK - 1) * kE * sizeof(float));
+    for (const auto& p : prompts) {
+      GenerateRequest r = greedy(p);
+      r.max_tokens = 6;
+      r.top_logprobs = 20;
+      auto h = (*rt)->submit(*m, r);
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      out.push_back(h->wait());
+      ASSERT_TRUE(out.back().status.ok()) << out.back().status.to_string();
+    }
+    stats = m->stats();
+  };
+  std::vector<Completion> cold, warm;
+  RuntimeStats cold_stats, warm_stats;
+  run(0, cold, cold_stats);
+  run(8, warm, warm_stats);
+  ASSERT_EQ(warm.size(), prompts.size());
+  ASSERT_EQ(cold.size(), prompts.size());
+  // a: cold, checkpoint at 32; a: 32; b leaves a's chain after block 0: cold, checkpoints at
+  // 16 and 32; a2: 32; b: 32.
+  const std::vector<int64_t> want_cached = {0, 32, 0, 32, 32};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(cold[i].usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(warm[i].usage.cached_prompt_tokens, want_cached[i]);
+    EXPECT_EQ(warm[i].tokens, cold[i].tokens);
+    ASSERT_EQ(warm[i].logprobs.size(), cold[i].logprobs.size());
+    for (size_t t = 0; t < cold[i].logprobs.size(); ++t) {
+      const TokenLogprobs &x = warm[i].logprobs[t], &y = cold[i].logprobs[t];
+      ASSERT_EQ(x.top.size(), y.top.size());
+      for (size_t k = 0; k < x.top.size(); ++k) {
+        EXPECT_EQ(x.top[k].token, y.top[k].token) << t << " " << k;
+        EXPECT_EQ(x.top[k].logprob, y.top[k].logprob) << t << " " << k;
+      }
+    }
+  }
+  EXPECT_EQ(cold_stats.prefix_state_checkpoints, 0);
+  EXPECT_EQ(warm_stats.prefix_state_checkpoints, 3);
+  EXPECT_GT(warm_stats.prefix_cache_blocks, 0);  // the attention layer's blocks are shared
 }
 
 TEST_F(RecurrentModel, AdmissionCountsTheStatePool) {

@@ -251,5 +251,76 @@ TEST(MambaRuntime, SpeculativeGreedyEqualsPlainForEveryKAndS) {
   EXPECT_EQ(st.spec_replays, static_cast<uint64_t>(replays));
 }
 
+// The prefix cache on a recurrent model (issue #22): a prompt sharing a prefix with earlier
+// ones continues from the prefix cache's state checkpoint and gives, bit for bit, the logits of
+// a cold run (every chosen and top-20 log-probability equal as floats, so equal tokens too).
+// The cold reference is a runtime without checkpoints, where every prompt is recomputed.
+TEST(MambaRuntime, PrefixCacheHitsGiveTheColdRunBitForBit) {
+  POWER_REQUIRE_SHARED();
+  const auto tokens = read_ids(dir() + "/tokens.txt");
+  ASSERT_GE(tokens.size(), 48u);
+  auto cut = [&](size_t a, size_t b) {
+    return std::vector<int32_t>(tokens.begin() + a, tokens.begin() + b);
+  };
+  auto cat = [](std::vector<int32_t> x, const std::vector<int32_t>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  // a; a again; b shares one block with a; c shares that block with a and b; a + 5 more.
+  const std::vector<std::vector<int32_t>> prompts = {
+      cut(0, 40), cut(0, 40), cat(cut(0, 20), cut(30, 48)), cat(cut(0, 18), cut(24, 46)),
+      cat(cut(0, 40), cut(40, 45))};
+  auto run = [&](int checkpoints, std::vector<Completion>& out) {
+    auto rt = Runtime::create({});
+    ASSERT_TRUE(rt.ok());
+    LoadOptions o;
+    o.n_ctx = 128;
+    o.max_running = 2;
+    o.threads = 2;
+    o.step_token_budget = 24;  // prompts take two passes
+    o.state_checkpoints = checkpoints;
+    auto m = (*rt)->load(dir() + "/mamba-Q8_0.gguf", o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    for (const auto& p : prompts) {
+      GenerateRequest r;
+      r.prompt_tokens = p;
+      r.max_tokens = 6;
+      r.sampling.temperature = 0;
+      r.top_logprobs = 20;
+      r.ignore_eos = true;
+      auto h = (*rt)->submit(*m, r);
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      out.push_back(h->wait());
+      ASSERT_TRUE(out.back().status.ok()) << out.back().status.to_string();
+    }
+    if (checkpoints > 0) {
+      EXPECT_GT(m->info().state_checkpoint_bytes, 0u);
+      EXPECT_GT(m->stats().prefix_state_checkpoints, 0);
+    }
+  };
+  std::vector<Completion> cold, warm;
+  run(0, cold);
+  run(16, warm);
+  ASSERT_EQ(cold.size(), prompts.size());
+  ASSERT_EQ(warm.size(), prompts.size());
+  const std::vector<int64_t> want_cached = {0, 32, 0, 16, 32};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(cold[i].usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(warm[i].usage.cached_prompt_tokens, want_cached[i]);
+    EXPECT_EQ(warm[i].tokens, cold[i].tokens);
+    ASSERT_EQ(warm[i].logprobs.size(), cold[i].logprobs.size());
+    for (size_t t = 0; t < cold[i].logprobs.size(); ++t) {
+      const TokenLogprobs &a = warm[i].logprobs[t], &b = cold[i].logprobs[t];
+      EXPECT_EQ(a.chosen.logprob, b.chosen.logprob) << t;
+      ASSERT_EQ(a.top.size(), b.top.size());
+      for (size_t k = 0; k < a.top.size(); ++k) {
+        EXPECT_EQ(a.top[k].token, b.top[k].token) << t << " " << k;
+        EXPECT_EQ(a.top[k].logprob, b.top[k].logprob) << t << " " << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace power

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "device/kv_cache.h"
+#include "device/recurrent_state.h"
 #include "runtime/admission.h"
 #include "runtime/preemption.h"
 #include "runtime/prefix_cache.h"
@@ -448,6 +449,183 @@ TEST(KvCache, TruncateIntoASharedBlockCopiesIt) {
   EXPECT_EQ(x, 20.0f);               // a's block is untouched
   ASSERT_TRUE(b.truncate(16).ok());  // block boundary: no copy needed
   EXPECT_EQ(b.blocks().size(), 1u);
+}
+
+// Recurrent state through the prefix cache, with a fake recurrent model: each sequence's state
+// is one float, a running hash of every token it has consumed (exact in f32), kept in its
+// RecurrentState slot; a chunk's checkpoint slots receive the state after their token, and the
+// "sampled" token is a function of the state alone. A sequence continued from a wrong
+// checkpoint (or with none) samples differently from its cold run, which is the reference.
+class RecurrentFakeRunner : public StepRunner {
+ public:
+  explicit RecurrentFakeRunner(RecurrentState* state) : state_(state) {}
+  Status run(std::span<const BatchItem> items, std::span<int32_t> next) override {
+    for (size_t i = 0; i < items.size(); ++i) {
+      const BatchItem& it = items[i];
+      KvSequence& kv = *it.kv;
+      float* s = state_->layer(kv.recurrent_slot(), 0);
+      for (size_t j = 0; j < it.tokens.size(); ++j) {
+        s[0] = static_cast<float>(
+            (static_cast<uint64_t>(s[0]) * 31 + static_cast<uint64_t>(it.tokens[j]) + 1) %
+            16777213);
+        if (j < it.checkpoints.size() && it.checkpoints[j] >= 0) {
+          *state_->layer(it.checkpoints[j], 0) = s[0];
+          ++checkpoints_written;
+        }
+      }
+      kv.set_n_tokens(kv.n_tokens() + static_cast<int>(it.tokens.size()));
+      if (it.wants_token) next[i] = static_cast<int32_t>(static_cast<uint64_t>(s[0]) % 997) + 3;
+    }
+    return Status();
+  }
+  int checkpoints_written = 0;
+
+ private:
+  RecurrentState* state_;
+};
+
+struct RecurrentHarness {
+  RecurrentHarness(int max_running, int checkpoints, bool prefix) {
+    KvCacheConfig c = tiny_kv(256);
+    c.n_layer = 0;  // recurrent layers only: blocks count positions
+    kv = std::move(KvCache::create(c)).value();
+    RecurrentStateConfig rc;
+    rc.layer_floats = {1};
+    rc.n_slots = max_running + checkpoints;
+    state = std::move(RecurrentState::create(rc)).value();
+    SchedulerConfig sc;
+    sc.step_token_budget = 24;  // prompts are cut into several passes
+    sc.n_ctx = 1024;
+    sc.prefix_reuse = prefix;
+    sc.state_checkpoints = checkpoints;
+    MemoryPlanner planner(0, kBlockTokens, 0, max_running, state->slot_bytes());
+    AdmissionLimits lim;
+    lim.kv_pool_blocks = 256;
+    lim.budget_bytes = static_cast<uint64_t>(max_running) * state->slot_bytes();
+    lim.max_running = max_running;
+    sched = std::make_unique<Scheduler>(sc, kv.get(), planner, lim, state.get());
+    runner = std::make_unique<RecurrentFakeRunner>(state.get());
+  }
+  ~RecurrentHarness() { sched.reset(); }
+  void add(SeqId id, std::vector<int32_t> prompt, int max_new, int priority = 1) {
+    SeqRequest r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    r.priority = priority;
+    ASSERT_TRUE(sched->add(std::move(r), now).ok());
+  }
+  void step() {
+    for (SeqEvent& e : sched->step(now, *runner)) {
+      if (e.kind == SeqEvent::Kind::kToken) tokens[e.id].push_back(e.token);
+      if (e.kind == SeqEvent::Kind::kAdmitted) cached[e.id].push_back(e.cached_tokens);
+      if (e.kind == SeqEvent::Kind::kPreempted) preempted.push_back(e.id);
+    }
+    now += std::chrono::milliseconds(1);
+  }
+  void run_until_idle() {
+    for (int i = 0; i < 10000 && sched->has_work(); ++i) step();
+    ASSERT_FALSE(sched->has_work());
+  }
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<RecurrentState> state;
+  std::unique_ptr<Scheduler> sched;
+  std::unique_ptr<RecurrentFakeRunner> runner;
+  Clock::time_point now = Clock::time_point() + std::chrono::hours(1);
+  std::map<SeqId, std::vector<int32_t>> tokens;
+  std::map<SeqId, std::vector<int64_t>> cached;
+  std::vector<SeqId> preempted;
+};
+
+std::vector<int32_t> join(std::vector<int32_t> head, int32_t from, int n) {
+  for (int i = 0; i < n; ++i) head.push_back(from + i);
+  return head;
+}
+
+TEST(SchedulerRecurrent, PrefixHitsContinueFromCheckpointsAndMatchColdRuns) {
+  const std::vector<int32_t> p = join({}, 1, 40);                 // 40 tokens
+  const std::vector<int32_t> q = join(join({}, 1, 20), 100, 20);  // shares 20 with p
+  const std::vector<int32_t> r = join(join({}, 1, 20), 200, 20);  // shares 20 with p and q
+  const std::vector<std::vector<int32_t>> prompts = {p, p, q, r, r, join(p, 300, 9)};
+  auto run_all = [&](RecurrentHarness& h) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      h.add(i + 1, prompts[i], 6);
+      h.run_until_idle();
+    }
+  };
+  RecurrentHarness cold(1, 0, /*prefix=*/false);
+  run_all(cold);
+  RecurrentHarness warm(1, 4, /*prefix=*/true);
+  run_all(warm);
+  for (SeqId id = 1; id <= prompts.size(); ++id) {
+    ASSERT_EQ(warm.tokens[id].size(), 6u) << id;
+    EXPECT_EQ(warm.tokens[id], cold.tokens[id]) << id;
+    EXPECT_EQ(cold.cached[id], std::vector<int64_t>{0}) << id;  // no prefix reuse
+  }
+  // p cold; p again from the checkpoint after its last full block that leaves a token to
+  // compute (32); q shares only block 0 with p, which has no checkpoint yet: cold, and it
+  // checkpoints where it left the chain (16); r continues from there, then from its own 32;
+  // p + 9 tokens from p's 32 (p's generated tokens differ from 300..308).
+  EXPECT_EQ(warm.cached[1], std::vector<int64_t>{0});
+  EXPECT_EQ(warm.cached[2], std::vector<int64_t>{32});
+  EXPECT_EQ(warm.cached[3], std::vector<int64_t>{0});
+  EXPECT_EQ(warm.cached[4], std::vector<int64_t>{16});
+  EXPECT_EQ(warm.cached[5], std::vector<int64_t>{32});
+  EXPECT_EQ(warm.cached[6], std::vector<int64_t>{32});
+  EXPECT_GT(warm.runner->checkpoints_written, 0);
+  EXPECT_LE(warm.sched->prefix_cache().checkpoints(), 4);
+  // Every slot is back: the running sequences' and the pending checkpoints'.
+  EXPECT_EQ(warm.state->slots_free(),
+            warm.state->config().n_slots - warm.sched->prefix_cache().checkpoints());
+}
+
+TEST(SchedulerRecurrent, FewCheckpointsEvictTheLeastRecentAndStayCorrect) {
+  // 12 prompts from 4 families through 2 checkpoints and 3 running sequences at once.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    const int family = (i * 7) % 4;
+    prompts.push_back(join(join({}, 1 + 50 * family, 18 + 5 * family), 500 + i, 3 + 4 * (i % 5)));
+  }
+  auto run_all = [&](RecurrentHarness& h) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      h.add(i + 1, prompts[i], 5);
+      if (i % 3 == 2) h.run_until_idle();
+    }
+    h.run_until_idle();
+  };
+  RecurrentHarness cold(3, 0, false);
+  run_all(cold);
+  RecurrentHarness warm(3, 2, true);
+  run_all(warm);
+  int64_t hits = 0;
+  for (SeqId id = 1; id <= prompts.size(); ++id) {
+    EXPECT_EQ(warm.tokens[id], cold.tokens[id]) << id;
+    hits += warm.cached[id][0] > 0 ? 1 : 0;
+  }
+  EXPECT_GT(hits, 0);
+  EXPECT_EQ(warm.sched->prefix_cache().checkpoints(), 2);
+  EXPECT_EQ(warm.state->slots_free(), warm.state->config().n_slots - 2);
+}
+
+TEST(SchedulerRecurrent, APreemptedSequenceResumesFromItsCheckpoint) {
+  const std::vector<int32_t> low = join({}, 1, 37), high = join({}, 900, 21);
+  RecurrentHarness cold(1, 0, false);
+  cold.add(1, low, 20, /*priority=*/2);
+  cold.run_until_idle();
+  cold.add(2, high, 4, 0);
+  cold.run_until_idle();
+  RecurrentHarness warm(1, 4, true);
+  warm.add(1, low, 20, 2);
+  for (int i = 0; i < 8; ++i) warm.step();  // prefilled (two passes), decoding
+  ASSERT_FALSE(warm.tokens[1].empty());
+  warm.add(2, high, 4, 0);
+  warm.run_until_idle();
+  EXPECT_EQ(warm.preempted, std::vector<SeqId>{1});
+  EXPECT_EQ(warm.tokens[1], cold.tokens[1]);
+  EXPECT_EQ(warm.tokens[2], cold.tokens[2]);
+  // Readmitted with its prompt's checkpoint (32 of 37 + generated), not from the start.
+  ASSERT_EQ(warm.cached[1].size(), 2u);
+  EXPECT_EQ(warm.cached[1][1], 32);
 }
 
 }  // namespace

@@ -571,6 +571,55 @@ TEST(ApiKeys, HashedLinesMatchTheirKeys) {
   EXPECT_FALSE(ApiKeys::parse("sha256:zz\n").ok());
 }
 
+// A model with recurrent layers over HTTP (Mamba, ../shared's llama.cpp-made fixture): the
+// second identical request continues from the prefix cache's state checkpoint
+// (usage.prompt_tokens_details.cached_tokens, /metrics power_prefix_state_checkpoints) and
+// answers exactly what the first did, log-probabilities included.
+class MambaServer : public ServerFixture {
+ protected:
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    ServerOptions o;
+    o.models = {testing::shared_dir() + "/fixtures/models/mamba/mamba-Q8_0.gguf"};
+    o.load.n_ctx = 256;
+    o.load.threads = 1;
+    o.load.state_checkpoints = 3;
+    start(std::move(o));
+  }
+};
+
+TEST_F(MambaServer, ARepeatedPromptContinuesFromAStateCheckpoint) {
+  POWER_REQUIRE_SHARED();
+  const std::string body = json{
+      {"model", "mamba-Q8_0"},
+      {"prompt",
+       "Once upon a time there was a little robot who lived in a "
+       "garden full of flowers and bees, and every morning it watered "
+       "the roses before the sun came up over the hills"},
+      {"max_tokens", 8},
+      {"temperature", 0},
+      {"logprobs", 5}}.dump();
+  auto first = post(port_, "/v1/completions", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto second = post(port_, "/v1/completions", body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json a = json::parse(first.body), b = json::parse(second.body);
+  const int64_t prompt_tokens = a["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_GT(prompt_tokens, 32) << first.body;
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // The last full block that leaves a token to compute: 16-token blocks.
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], (prompt_tokens - 1) / 16 * 16);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["choices"][0]["logprobs"]["token_logprobs"],
+            b["choices"][0]["logprobs"]["token_logprobs"]);
+  EXPECT_EQ(a["choices"][0]["logprobs"]["top_logprobs"],
+            b["choices"][0]["logprobs"]["top_logprobs"]);
+  auto m = get(port_, "/metrics");
+  EXPECT_NE(m.body.find("power_prefix_state_checkpoints{model=\"mamba-Q8_0\"} 1\n"),
+            std::string::npos)
+      << m.body;
+}
+
 TEST(ServerConfig, JsonKeysMirrorFlags) {
   ServerOptions o;
   Status st = apply_config_json(json::parse(R"({"host":"0.0.0.0","port":9000,
@@ -583,6 +632,9 @@ TEST(ServerConfig, JsonKeysMirrorFlags) {
   EXPECT_EQ(o.load.max_running, 4);
   EXPECT_EQ(o.queue_timeout_s, 3);
   EXPECT_EQ(o.load.n_ctx, 256);
+  ASSERT_TRUE(apply_config_json(json::parse(R"({"state_checkpoints":5})"), &o).ok());
+  EXPECT_EQ(o.load.state_checkpoints, 5);
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"state_checkpoints":-1})"), &o).ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"prot":1})"), &o).ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"port":"80"})"), &o).ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"port":70000})"), &o).ok());
