@@ -1,8 +1,15 @@
 // spec_bench: request-wide tokens/s of speculative decoding against plain decoding, in the
 // same process and run (docs/SPECULATIVE.md). Out of CI.
 //
-//   spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--threads T] [--reps R]
-//              [--prompt TEXT] [--modes plain,ngram,draft,mtp]
+//   spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--s S1,S2,...] [--threads T]
+//              [--reps R] [--prompt TEXT] [--modes plain,ngram,draft,mtp] [--fixed-k]
+//              [--bias-prompt B]
+//
+// --s (models with recurrent layers): each speculative mode runs once per snapshot count,
+// named MODE/sS, and prints its restores and replays. --bias-prompt B adds a logit bias of B
+// to every distinct token of the prompt: the output is then made of the prompt's tokens in an
+// order the model decides (text that repeats its input, as extraction or code edits do), which
+// gives n-gram drafts something to find on random-weight files.
 //
 // For each configuration (plain, ngram, draft when DRAFT is given, mtp when the target has
 // MTP layers) it runs one greedy request of N tokens (ignore_eos) on the same loaded model and
@@ -30,6 +37,9 @@ namespace {
 struct Args {
   std::string target, draft, prompt, modes = "plain,ngram,draft,mtp";
   int n = 128, k = 4, threads = 0, reps = 3;
+  std::vector<int> s;  // snapshot counts (empty: the default)
+  bool fixed_k = false;
+  float bias_prompt = 0;
 };
 
 struct Row {
@@ -78,6 +88,13 @@ int main(int argc, char** argv) {
       a.n = std::atoi(next().c_str());
     } else if (s == "--k") {
       a.k = std::atoi(next().c_str());
+    } else if (s == "--s") {
+      std::stringstream ss(next());
+      for (std::string v; std::getline(ss, v, ',');) a.s.push_back(std::atoi(v.c_str()));
+    } else if (s == "--bias-prompt") {
+      a.bias_prompt = static_cast<float>(std::atof(next().c_str()));
+    } else if (s == "--fixed-k") {
+      a.fixed_k = true;
     } else if (s == "--threads") {
       a.threads = std::atoi(next().c_str());
     } else if (s == "--reps") {
@@ -92,8 +109,9 @@ int main(int argc, char** argv) {
   }
   if (pos.empty() || pos.size() > 2) {
     std::fprintf(stderr,
-                 "usage: spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--threads T] "
-                 "[--reps R] [--prompt TEXT] [--modes plain,ngram,draft,mtp]\n");
+                 "usage: spec_bench TARGET.gguf [DRAFT.gguf] [--n N] [--k K] [--s S1,S2,...] "
+                 "[--threads T] [--reps R] [--prompt TEXT] [--modes plain,ngram,draft,mtp] "
+                 "[--fixed-k] [--bias-prompt B]\n");
     return 2;
   }
   a.target = pos[0];
@@ -109,12 +127,13 @@ int main(int argc, char** argv) {
   lo.max_running = 1;
   lo.threads = a.threads;
   lo.draft_model = a.draft;
+  if (!a.s.empty()) lo.speculative.s = *std::max_element(a.s.begin(), a.s.end());
   auto m = (*rt)->load(a.target, lo);
   if (!m.ok()) {
     std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
     return 1;
   }
-  auto run = [&](const std::string& name, const std::string& mode) {
+  auto run = [&](const std::string& name, const std::string& mode, int snapshots) {
     Row row;
     row.name = name;
     power::GenerateRequest req;
@@ -122,10 +141,18 @@ int main(int argc, char** argv) {
     req.max_tokens = a.n;
     req.ignore_eos = true;
     req.sampling.temperature = 0;
+    if (a.bias_prompt != 0) {
+      std::vector<int32_t> ids = m->tokenize(a.prompt, /*add_bos=*/false);
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (int32_t id : ids) req.sampling.logit_bias.emplace_back(id, a.bias_prompt);
+    }
     if (mode != "off") {
       power::SpeculativeOptions so;
       so.mode = mode;
       so.k = a.k;
+      so.s = snapshots;
+      so.adaptive = !a.fixed_k;
       req.speculative = so;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -140,17 +167,27 @@ int main(int argc, char** argv) {
     row.cpu_seconds = cpu_now() - c0;
     return row;
   };
-  std::vector<std::pair<std::string, std::string>> configs;  // name, mode
+  struct Config {
+    std::string name, mode;
+    int s = 0;
+  };
+  std::vector<Config> configs;
   std::stringstream ms(a.modes);
   for (std::string mode; std::getline(ms, mode, ',');) {
     if (mode == "draft" && a.draft.empty()) continue;
-    configs.emplace_back(mode, mode == "plain" ? "off" : mode);
+    if (mode == "plain") {
+      configs.push_back({mode, "off", 0});
+    } else if (a.s.empty()) {
+      configs.push_back({mode, mode, 0});
+    } else {
+      for (int sv : a.s) configs.push_back({mode + "/s" + std::to_string(sv), mode, sv});
+    }
   }
-  std::printf("target %s%s%s, %d tokens, k %d (adaptive), threads %d, %d rounds\n",
-              a.target.c_str(), a.draft.empty() ? "" : ", draft ", a.draft.c_str(), a.n, a.k,
-              m->info().threads, a.reps);
+  std::printf("target %s%s%s, %d tokens, k %d (%s), threads %d, %d rounds\n", a.target.c_str(),
+              a.draft.empty() ? "" : ", draft ", a.draft.c_str(), a.n, a.k,
+              a.fixed_k ? "fixed" : "adaptive", m->info().threads, a.reps);
   std::printf("load average before: %s\n", loadavg().c_str());
-  std::printf("%-5s %-6s %9s %9s %8s %8s %8s %9s %9s %10s %s\n", "round", "mode", "seconds",
+  std::printf("%-5s %-9s %9s %9s %8s %8s %8s %9s %9s %10s %s\n", "round", "mode", "seconds",
               "tok/s", "speedup", "cpu-s", "cpu-spd", "drafted", "accepted", "tok/pass",
               "identical");
   std::map<std::string, std::vector<double>> tps, speedup, cpu_speedup;
@@ -159,11 +196,11 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < a.reps; ++rep) {
     double plain_tps = 0, plain_cpu = 0;
     std::vector<int32_t> plain_tokens;
-    for (const auto& [name, mode] : configs) {
-      Row r = run(name, mode);
+    for (const auto& [name, mode, snapshots] : configs) {
+      Row r = run(name, mode, snapshots);
       if (!r.c.status.ok()) {
         if (rep == 0) {
-          std::printf("%-5d %-6s skipped: %s\n", rep, name.c_str(), r.c.status.to_string().c_str());
+          std::printf("%-5d %-9s skipped: %s\n", rep, name.c_str(), r.c.status.to_string().c_str());
         }
         continue;
       }
@@ -181,7 +218,7 @@ int main(int argc, char** argv) {
       tps[name].push_back(t);
       if (plain_tps > 0) speedup[name].push_back(t / plain_tps);
       if (plain_cpu > 0) cpu_speedup[name].push_back(tc / plain_cpu);
-      std::printf("%-5d %-6s %9.3f %9.2f %7.2fx %8.2f %7.2fx %9lld %9lld %10.2f %s\n", rep,
+      std::printf("%-5d %-9s %9.3f %9.2f %7.2fx %8.2f %7.2fx %9lld %9lld %10.2f %s\n", rep,
                   name.c_str(), r.seconds, t, plain_tps > 0 ? t / plain_tps : 0.0, r.cpu_seconds,
                   plain_cpu > 0 ? tc / plain_cpu : 0.0,
                   static_cast<long long>(r.c.speculative.drafted),
@@ -195,14 +232,15 @@ int main(int argc, char** argv) {
   }
   std::printf("load average after: %s\n", loadavg().c_str());
   std::printf("median over %d rounds:\n", a.reps);
-  for (const auto& [name, mode] : configs) {
+  for (const auto& [name, mode, snapshots] : configs) {
     if (tps[name].empty()) continue;
     const auto& u = last[name].c.speculative;
     std::printf(
-        "  %-6s %8.2f tok/s  speed-up %5.2fx (cpu time %5.2fx)  acceptance %5.1f%%  tokens/pass "
-        "%5.2f\n",
+        "  %-9s %8.2f tok/s  speed-up %5.2fx (cpu time %5.2fx)  acceptance %5.1f%%  tokens/pass "
+        "%5.2f  restores %lld  replays %lld (%lld tokens)\n",
         name.c_str(), median(tps[name]), median(speedup[name]), median(cpu_speedup[name]),
-        100.0 * u.acceptance_rate, u.tokens_per_pass);
+        100.0 * u.acceptance_rate, u.tokens_per_pass, static_cast<long long>(u.restores),
+        static_cast<long long>(u.replays), static_cast<long long>(u.replayed_tokens));
   }
   std::printf("every output identical to plain: %s\n", all_identical ? "yes" : "NO");
   return 0;

@@ -1,4 +1,5 @@
-// `power dev synth`: seeded random-weight llama models of benchmark shapes, written with our
+// `power dev synth`: seeded random-weight llama (and Mamba) models of benchmark shapes, written
+// with our
 // GGUF writer and reference quantizer, with the llama-spm vocabulary copied from a vocab-only
 // GGUF (../shared/fixtures/tokenizer/ggml-vocab-llama-spm.gguf) so that llama.cpp loads the
 // same file. Weights are N(0, std) from a counter-based generator (the same seed gives the same
@@ -7,6 +8,11 @@
 // Type mixes follow llama-quantize's defaults for the llama architecture: output.weight is
 // Q6_K unless the file type is Q8_0; Q4_K_M also stores attn_v and ffn_down as Q6_K in the
 // first and last eighth of the layers and every third layer between.
+// mamba-130m is state-spaces/mamba-130m's shape (768 wide, 24 layers, inner 1536, state 16,
+// conv 4, dt rank 48) with the 32000-token vocabulary and an untied output: ssm_in, ssm_x,
+// ssm_out, token_embd and output take the file type (output Q6_K as above), the small or
+// element-wise tensors stay F32 (conv1d, dt with its 48 columns, A, D, biases, norms), A is
+// Mamba's initialisation -(1..16) per channel, D is 1 and the dt bias -3 (softplus 0.049).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +32,8 @@ namespace {
 struct SynthShape {
   const char* name;
   int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
+  // Mamba (n_head 0): inner size, state size, conv kernel, dt rank.
+  int64_t d_inner = 0, d_state = 0, d_conv = 0, dt_rank = 0;
 };
 
 // tinyllama-1.1b: TinyLlama-1.1B's shape. 134m: a llama of 134M parameters with the 32000-token
@@ -34,6 +42,7 @@ constexpr SynthShape kShapes[] = {
     {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048},
     {"134m", 768, 2048, 12, 12, 12, 32000, 2048},
     {"tiny", 64, 128, 2, 4, 2, 32000, 512},
+    {"mamba-130m", 768, 0, 24, 0, 0, 32000, 2048, 1536, 16, 4, 48},
 };
 
 struct SynthOptions {
@@ -84,7 +93,8 @@ Status synth(const SynthOptions& o) {
     if (o.shape == s.name) shape = &s;
   }
   if (shape == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "unknown --shape (tinyllama-1.1b, 134m, tiny)")
+    return Status(StatusCode::kInvalidArgument,
+                  "unknown --shape (tinyllama-1.1b, 134m, tiny, mamba-130m)")
         .with("shape", o.shape);
   }
   const FileType* ft = nullptr;
@@ -101,20 +111,38 @@ Status synth(const SynthOptions& o) {
   }
   POWER_ASSIGN_OR_RETURN(auto vocab, GgufFile::open(o.vocab));
   const SynthShape& s = *shape;
+  const bool is_mamba = s.n_head == 0;
+  if (is_mamba && o.mtp > 0) {
+    return Status(StatusCode::kInvalidArgument, "--mtp needs a llama shape").with("shape", s.name);
+  }
   GgufWriter w;
-  w.set("general.architecture", GgufValue::str("llama"));
+  auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  w.set("general.architecture", GgufValue::str(is_mamba ? "mamba" : "llama"));
   w.set("general.name", GgufValue::str(std::string("power-synth-") + s.name + "-" + ft->name));
-  w.set("llama.context_length", GgufValue::u32(static_cast<uint32_t>(s.n_ctx)));
-  w.set("llama.embedding_length", GgufValue::u32(static_cast<uint32_t>(s.n_embd)));
-  w.set("llama.block_count", GgufValue::u32(static_cast<uint32_t>(s.n_layer + o.mtp)));
-  if (o.mtp > 0) w.set("llama.nextn_predict_layers", GgufValue::u32(static_cast<uint32_t>(o.mtp)));
-  w.set("llama.feed_forward_length", GgufValue::u32(static_cast<uint32_t>(s.n_ff)));
-  w.set("llama.rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(s.n_embd / s.n_head)));
-  w.set("llama.attention.head_count", GgufValue::u32(static_cast<uint32_t>(s.n_head)));
-  w.set("llama.attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(s.n_head_kv)));
-  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(1e-5f));
-  w.set("llama.rope.freq_base", GgufValue::f32(10000.0f));
-  w.set("llama.vocab_size", GgufValue::u32(static_cast<uint32_t>(s.n_vocab)));
+  if (is_mamba) {  // llama.cpp's convert_hf_to_gguf.py keys for Mamba
+    w.set("mamba.context_length", u32(s.n_ctx));
+    w.set("mamba.embedding_length", u32(s.n_embd));
+    w.set("mamba.feed_forward_length", u32(0));
+    w.set("mamba.attention.head_count", u32(0));
+    w.set("mamba.block_count", u32(s.n_layer));
+    w.set("mamba.ssm.conv_kernel", u32(s.d_conv));
+    w.set("mamba.ssm.inner_size", u32(s.d_inner));
+    w.set("mamba.ssm.state_size", u32(s.d_state));
+    w.set("mamba.ssm.time_step_rank", u32(s.dt_rank));
+    w.set("mamba.attention.layer_norm_rms_epsilon", GgufValue::f32(1e-5f));
+  } else {
+    w.set("llama.context_length", u32(s.n_ctx));
+    w.set("llama.embedding_length", u32(s.n_embd));
+    w.set("llama.block_count", u32(s.n_layer + o.mtp));
+    if (o.mtp > 0) w.set("llama.nextn_predict_layers", u32(o.mtp));
+    w.set("llama.feed_forward_length", u32(s.n_ff));
+    w.set("llama.rope.dimension_count", u32(s.n_embd / s.n_head));
+    w.set("llama.attention.head_count", u32(s.n_head));
+    w.set("llama.attention.head_count_kv", u32(s.n_head_kv));
+    w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(1e-5f));
+    w.set("llama.rope.freq_base", GgufValue::f32(10000.0f));
+    w.set("llama.vocab_size", u32(s.n_vocab));
+  }
   w.set("general.file_type", GgufValue::u32(ft->ftype_id));
   w.set("general.quantization_version", GgufValue::u32(2));
   for (const GgufKeyValue& kv : vocab->metadata()) {
@@ -123,21 +151,25 @@ Status synth(const SynthOptions& o) {
 
   ThreadPool pool(o.threads);
   uint64_t tensor_index = 0;
-  auto add = [&](const std::string& name, GgmlType type, int64_t ne0, int64_t ne1,
-                 bool ones) -> Status {
+  // Values: N(0, std) (normal), or a constant, or Mamba's A initialisation (row r: -(1..ne0)).
+  enum class Fill { kNormal, kConstant, kMambaA };
+  auto add_filled = [&](const std::string& name, GgmlType type, int64_t ne0, int64_t ne1, Fill fill,
+                        float value) -> Status {
     const uint64_t key = mix64(o.seed) ^ mix64(++tensor_index << 32);
     std::vector<uint64_t> ne = {static_cast<uint64_t>(ne0)};
     if (ne1 > 1) ne.push_back(static_cast<uint64_t>(ne1));
     const float stddev = o.weight_std;
     return w.add_tensor_deferred(
-        name, type, ne, [&pool, key, type, ne0, ne1, ones, stddev](std::span<uint8_t> out) {
+        name, type, ne, [&pool, key, type, ne0, ne1, fill, value, stddev](std::span<uint8_t> out) {
           const uint64_t row_bytes = out.size() / static_cast<uint64_t>(ne1);
           std::atomic<bool> ok{true};
           pool.parallel_for(static_cast<size_t>(ne1), [&](size_t b, size_t e, int) {
             std::vector<float> row(static_cast<size_t>(ne0));
             for (size_t r = b; r < e; ++r) {
-              if (ones) {
-                std::fill(row.begin(), row.end(), 1.0f);
+              if (fill == Fill::kConstant) {
+                std::fill(row.begin(), row.end(), value);
+              } else if (fill == Fill::kMambaA) {
+                for (int64_t i = 0; i < ne0; ++i) row[static_cast<size_t>(i)] = -float(i + 1);
               } else {
                 fill_normal(key + (static_cast<uint64_t>(r) << 24), stddev, row.data(), ne0);
               }
@@ -148,12 +180,44 @@ Status synth(const SynthOptions& o) {
           return Status();
         });
   };
+  auto add = [&](const std::string& name, GgmlType type, int64_t ne0, int64_t ne1,
+                 bool ones) -> Status {
+    return add_filled(name, type, ne0, ne1, ones ? Fill::kConstant : Fill::kNormal, 1.0f);
+  };
 
-  const int64_t hd = s.n_embd / s.n_head;
   const GgmlType base = ft->base;
   const GgmlType out_type =
       (base == GgmlType::Q8_0 || base == GgmlType::F16 || base == GgmlType::F32) ? base
                                                                                  : GgmlType::Q6_K;
+  if (is_mamba) {
+    const GgmlType f32 = GgmlType::F32;
+    POWER_RETURN_IF_ERROR(add("token_embd.weight", base, s.n_embd, s.n_vocab, false));
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      POWER_RETURN_IF_ERROR(add(p + "attn_norm.weight", f32, s.n_embd, 1, true));
+      POWER_RETURN_IF_ERROR(add(p + "ssm_in.weight", base, s.n_embd, 2 * s.d_inner, false));
+      POWER_RETURN_IF_ERROR(add(p + "ssm_conv1d.weight", f32, s.d_conv, s.d_inner, false));
+      POWER_RETURN_IF_ERROR(
+          add_filled(p + "ssm_conv1d.bias", f32, s.d_inner, 1, Fill::kConstant, 0.0f));
+      POWER_RETURN_IF_ERROR(
+          add(p + "ssm_x.weight", base, s.d_inner, s.dt_rank + 2 * s.d_state, false));
+      POWER_RETURN_IF_ERROR(add(p + "ssm_dt.weight", f32, s.dt_rank, s.d_inner, false));
+      POWER_RETURN_IF_ERROR(
+          add_filled(p + "ssm_dt.bias", f32, s.d_inner, 1, Fill::kConstant, -3.0f));
+      POWER_RETURN_IF_ERROR(
+          add_filled(p + "ssm_a", f32, s.d_state, s.d_inner, Fill::kMambaA, 0.0f));
+      POWER_RETURN_IF_ERROR(add(p + "ssm_d", f32, s.d_inner, 1, true));
+      POWER_RETURN_IF_ERROR(add(p + "ssm_out.weight", base, s.d_inner, s.n_embd, false));
+    }
+    POWER_RETURN_IF_ERROR(add("output_norm.weight", f32, s.n_embd, 1, true));
+    POWER_RETURN_IF_ERROR(add("output.weight", out_type, s.n_embd, s.n_vocab, false));
+    POWER_RETURN_IF_ERROR(w.write(o.out));
+    std::fprintf(stderr, "wrote %s: mamba %s, %s, seed %llu\n", o.out.c_str(), s.name, ft->name,
+                 static_cast<unsigned long long>(o.seed));
+    return Status();
+  }
+
+  const int64_t hd = s.n_embd / s.n_head;
   POWER_RETURN_IF_ERROR(add("token_embd.weight", base, s.n_embd, s.n_vocab, false));
   // Main layers, then the MTP layers (llama.cpp's NextN layout: an ordinary block plus
   // nextn.eh_proj / enorm / hnorm / shared_head_norm; embed_tokens and shared_head_head are
@@ -196,8 +260,9 @@ void add_dev_commands(CLI::App& app) {
   static SynthOptions o;
   auto* dev = app.add_subcommand("dev", "Developer tools");
   dev->require_subcommand(1);
-  auto* sy = dev->add_subcommand("synth", "Write a seeded random-weight llama model (benchmarks)");
-  sy->add_option("--shape", o.shape, "tinyllama-1.1b, 134m or tiny");
+  auto* sy = dev->add_subcommand("synth",
+                                 "Write a seeded random-weight llama or Mamba model (benchmarks)");
+  sy->add_option("--shape", o.shape, "tinyllama-1.1b, 134m, tiny or mamba-130m");
   sy->add_option("--type", o.type, "q4_0, q8_0, q4_k, q4_k_m, q6_k, f16 or f32");
   sy->add_option("--vocab", o.vocab, "Vocab-only GGUF to copy tokenizer.* from (llama-spm)")
       ->required();

@@ -172,6 +172,49 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
   EXPECT_EQ(r.exit_code, 1);
 }
 
+// Mamba through the binary (issue #22): `power logits` on llama.cpp's Mamba fixture matches the
+// peer's logits; `power bench` runs it (the sequence gets a recurrent state slot); `power dev
+// synth --shape mamba-130m` writes a Mamba file that loads and benches.
+TEST_F(CliRunTest, MambaLogitsBenchAndSynth) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::shared_dir() + "/fixtures/models/mamba/";
+  std::string ids = read_text(dir + "tokens.txt");
+  for (char& c : ids) c = (c == ' ' || c == '\n' ? ',' : c);
+  while (!ids.empty() && ids.back() == ',') ids.pop_back();
+  const std::string out = dir_ + "/logits.f32";
+  auto r = run_power({"logits", "-m", dir + "mamba-F32.gguf", "--tokens", ids, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ours = testing::read_f32(out);
+  const auto peer = testing::read_f32(dir + "mamba-F32.logits.f32");
+  ASSERT_EQ(ours.size(), peer.size());
+  double max_abs = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(double(ours[i]) - peer[i]));
+  }
+  EXPECT_LE(max_abs, 1e-3);
+  auto bench_lines = [&](const std::string& model) {
+    auto b =
+        run_power({"bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--json"});
+    EXPECT_EQ(b.exit_code, 0) << b.err;
+    int lines = 0;
+    std::istringstream in(b.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      ++lines;
+      EXPECT_NE(line.find("\"tokens_per_s_median\":"), std::string::npos) << line;
+      EXPECT_EQ(line.find("\"tokens_per_s_median\":0"), std::string::npos) << line;
+    }
+    EXPECT_EQ(lines, 2) << b.out;  // pp16 and tg4
+  };
+  bench_lines(dir + "mamba-Q8_0.gguf");
+  const std::string synth = dir_ + "/mamba-130m-q4_0.gguf";
+  r = run_power({"dev", "synth", "--shape", "mamba-130m", "--type", "q4_0", "--vocab",
+                 testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf", "-o",
+                 synth});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  bench_lines(synth);
+}
+
 // `power convert llama2c` writes the tensors and tokenizer llama.cpp's converter wrote for the
 // shared stories260K-F32.gguf, byte for byte; only llama.context_length differs (the true
 // seq_len 512 here, the peer's default 128 there).
