@@ -70,4 +70,19 @@ std::vector<double> read_f64(const std::string& path) {
   return read_as<double>(path);
 }
 
+void expect_identical_completions(const Completion& got, const Completion& want) {
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t t = 0; t < want.logprobs.size(); ++t) {
+    const TokenLogprobs &a = got.logprobs[t], &b = want.logprobs[t];
+    EXPECT_EQ(a.chosen.token, b.chosen.token) << "token " << t;
+    EXPECT_EQ(a.chosen.logprob, b.chosen.logprob) << "token " << t;
+    ASSERT_EQ(a.top.size(), b.top.size()) << "token " << t;
+    for (size_t k = 0; k < a.top.size(); ++k) {
+      EXPECT_EQ(a.top[k].token, b.top[k].token) << "token " << t << ", alternative " << k;
+      EXPECT_EQ(a.top[k].logprob, b.top[k].logprob) << "token " << t << ", alternative " << k;
+    }
+  }
+}
+
 }  // namespace power::testing

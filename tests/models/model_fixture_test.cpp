@@ -154,7 +154,9 @@ TEST_P(ArchFixture, LogitsMatchPeerAndExact) {
     int same = 0;
     while (same < 32 && got[same] == expect_greedy[same]) ++same;
     std::printf("  %-14s greedy equal to the peer for the first %d of 32\n", v.c_str(), same);
-    if (is_f32) EXPECT_EQ(got, expect_greedy);
+    if (is_f32) {
+      EXPECT_EQ(got, expect_greedy);
+    }
   }
 }
 
