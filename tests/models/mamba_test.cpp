@@ -360,7 +360,11 @@ TEST(MambaRuntime, APreemptedRequestResumesWithItsOwnOutput) {
   };
   auto lh = (*rt)->submit(*m, std::move(low));
   ASSERT_TRUE(lh.ok());
-  while (streamed.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (streamed.load() < 5 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(streamed.load(), 5) << "the low-priority request did not start decoding";
   auto hh = (*rt)->submit(*m, request(20, 44, 6, Priority::kHigh));
   ASSERT_TRUE(hh.ok());
   const Completion high = hh->wait();
