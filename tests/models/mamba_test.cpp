@@ -323,6 +323,7 @@ TEST(MambaRuntime, PrefixCacheHitsGiveTheColdRunBitForBit) {
 // its generated tokens again: both outputs equal what each gives alone.
 TEST(MambaRuntime, APreemptedRequestResumesWithItsOwnOutput) {
   POWER_REQUIRE_SHARED();
+  std::atomic<int> streamed{0};  // before the runtime: its worker may call back until it ends
   const auto tokens = read_ids(dir() + "/tokens.txt");
   auto rt = Runtime::create({});
   ASSERT_TRUE(rt.ok());
@@ -351,7 +352,6 @@ TEST(MambaRuntime, APreemptedRequestResumesWithItsOwnOutput) {
   ASSERT_EQ(low_alone.size(), 120u);
   // The low request streams slowly (its callback runs on the worker), so the high one arrives
   // while it decodes.
-  std::atomic<int> streamed{0};
   GenerateRequest low = request(0, 40, 120, Priority::kLow);
   low.on_stream = [&](const StreamEvent& e) {
     if (e.token >= 0) ++streamed;
