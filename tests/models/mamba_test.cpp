@@ -195,10 +195,12 @@ TEST(MambaRuntime, EightConcurrentRequestsEachGetWhatTheyGetAlone) {
   EXPECT_GT(m->stats().steps, 0u);
 }
 
-// Speculation through the runtime with n-gram drafts, K in {1, 3, 7} x S in {1, 3, 7}: the
-// output equals plain greedy decoding. A logit bias confines the output to two tokens whose
-// order the model decides, so the drafts of the prompt lookup are right for a while and then
-// wrong: rejections fall inside and beyond the snapshot window (restores and replays counted).
+// Speculation through the runtime with n-gram drafts and with a draft model (stories260K: an
+// attention-only llama with the same 512-token vocabulary), K in {1, 3, 7} x S in {1, 3, 7}:
+// the output equals plain greedy decoding. A logit bias (which the draft model's sampler gets
+// too) confines the output to two tokens whose order each model decides, so the drafts are
+// right for a while and then wrong: rejections fall inside and beyond the snapshot window
+// (restores and replays counted).
 TEST(MambaRuntime, SpeculativeGreedyEqualsPlainForEveryKAndS) {
   POWER_REQUIRE_SHARED();
   auto rt = Runtime::create({});
@@ -208,6 +210,7 @@ TEST(MambaRuntime, SpeculativeGreedyEqualsPlainForEveryKAndS) {
   o.max_running = 2;
   o.threads = 2;
   o.speculative.s = 7;  // the snapshot pool: 7 per sequence
+  o.draft_model = testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf";
   auto m = (*rt)->load(dir() + "/mamba-F32.gguf", o);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const auto tokens = read_ids(dir() + "/tokens.txt");
@@ -226,31 +229,36 @@ TEST(MambaRuntime, SpeculativeGreedyEqualsPlainForEveryKAndS) {
   const Completion plain = plain_h->wait();
   ASSERT_EQ(plain.tokens.size(), 64u);
   int64_t restores = 0, replays = 0;
-  for (int k : {1, 3, 7}) {
-    for (int s : {1, 3, 7}) {
-      SCOPED_TRACE("k=" + std::to_string(k) + " s=" + std::to_string(s));
-      SpeculativeOptions so;
-      so.mode = "ngram";
-      so.k = k;
-      so.s = s;
-      so.adaptive = false;
-      auto h = (*rt)->submit(*m, request(so));
-      ASSERT_TRUE(h.ok()) << h.status().to_string();
-      const Completion c = h->wait();
-      ASSERT_TRUE(c.status.ok()) << c.status.to_string();
-      EXPECT_EQ(c.tokens, plain.tokens);
-      EXPECT_GT(c.speculative.drafted, 0);
-      restores += c.speculative.restores;
-      replays += c.speculative.replays;
-      if (s >= k) {  // every rejection inside the window
-        EXPECT_EQ(c.speculative.replays, 0);
+  for (const char* mode : {"ngram", "draft"}) {
+    int64_t mode_restores = 0, mode_replays = 0;
+    for (int k : {1, 3, 7}) {
+      for (int s : {1, 3, 7}) {
+        SCOPED_TRACE(std::string(mode) + " k=" + std::to_string(k) + " s=" + std::to_string(s));
+        SpeculativeOptions so;
+        so.mode = mode;
+        so.k = k;
+        so.s = s;
+        so.adaptive = false;
+        auto h = (*rt)->submit(*m, request(so));
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        const Completion c = h->wait();
+        ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+        EXPECT_EQ(c.tokens, plain.tokens);
+        EXPECT_GT(c.speculative.drafted, 0);
+        mode_restores += c.speculative.restores;
+        mode_replays += c.speculative.replays;
+        if (s >= k) {  // every rejection inside the window
+          EXPECT_EQ(c.speculative.replays, 0);
+        }
       }
     }
+    std::printf("  %s: restores %lld, replays %lld over the 9 runs\n", mode,
+                static_cast<long long>(mode_restores), static_cast<long long>(mode_replays));
+    EXPECT_GT(mode_restores, 0) << mode;
+    EXPECT_GT(mode_replays, 0) << mode;
+    restores += mode_restores;
+    replays += mode_replays;
   }
-  std::printf("  restores %lld, replays %lld over the 9 runs\n", static_cast<long long>(restores),
-              static_cast<long long>(replays));
-  EXPECT_GT(restores, 0);
-  EXPECT_GT(replays, 0);
   const RuntimeStats st = m->stats();
   EXPECT_EQ(st.spec_restores, static_cast<uint64_t>(restores));
   EXPECT_EQ(st.spec_replays, static_cast<uint64_t>(replays));
