@@ -242,9 +242,14 @@ void ModelSlot::run_worker() {
   std::unique_lock<std::mutex> lk(mu);
   std::vector<std::pair<SeqEvent, std::shared_ptr<RequestState>>> todo;
   auto collect = [&](std::vector<SeqEvent>&& events) {
+    const Clock::time_point now = Clock::now();
     for (SeqEvent& e : events) {
       auto it = requests.find(e.id);
-      if (it != requests.end()) todo.emplace_back(std::move(e), it->second);
+      if (it == requests.end()) continue;
+      // An admission is stamped when it is planned, before the pass that prefills it runs
+      // (process() sees the event only after that pass).
+      if (e.kind == SeqEvent::Kind::kAdmitted && !e.resumed) it->second->t_admit = now;
+      todo.emplace_back(std::move(e), it->second);
     }
   };
   auto process = [&]() {
@@ -254,8 +259,7 @@ void ModelSlot::run_worker() {
       switch (e.kind) {
         case SeqEvent::Kind::kAdmitted:
           if (!e.resumed) {
-            r->admitted = true;
-            r->t_admit = Clock::now();
+            r->admitted = true;  // t_admit was stamped by collect()
             r->result.usage.cached_prompt_tokens = e.cached_tokens;
           }
           break;
