@@ -460,6 +460,7 @@ class RecurrentFakeRunner : public StepRunner {
  public:
   explicit RecurrentFakeRunner(RecurrentState* state) : state_(state) {}
   Status run(std::span<const BatchItem> items, std::span<int32_t> next) override {
+    if (++passes == fail_pass) return Status(StatusCode::kInternal, "injected failure");
     for (size_t i = 0; i < items.size(); ++i) {
       const BatchItem& it = items[i];
       KvSequence& kv = *it.kv;
@@ -479,6 +480,8 @@ class RecurrentFakeRunner : public StepRunner {
     return Status();
   }
   int checkpoints_written = 0;
+  int passes = 0;
+  int fail_pass = -1;  // this pass fails (a device error), writing nothing
 
  private:
   RecurrentState* state_;
@@ -605,6 +608,35 @@ TEST(SchedulerRecurrent, FewCheckpointsEvictTheLeastRecentAndStayCorrect) {
   EXPECT_GT(hits, 0);
   EXPECT_EQ(warm.sched->prefix_cache().checkpoints(), 2);
   EXPECT_EQ(warm.state->slots_free(), warm.state->config().n_slots - 2);
+}
+
+TEST(SchedulerRecurrent, CancellingOrAFailedPassFreesTheStateSlots) {
+  RecurrentHarness h(2, 4, true);
+  h.add(1, join({}, 1, 40), 50);
+  h.add(2, join({}, 100, 40), 50);
+  h.step();  // both admitted; 24 prompt tokens in the pass: sequence 1's first chunk
+  EXPECT_EQ(h.state->slots_free(), h.state->config().n_slots - 2);
+  h.step();
+  h.step();
+  h.sched->cancel(1);
+  h.sched->cancel(2);
+  h.step();  // the next plan ends both
+  EXPECT_FALSE(h.sched->has_work());
+  // Only the checkpoints their prefills wrote stay taken (in the prefix cache).
+  EXPECT_GT(h.sched->prefix_cache().checkpoints(), 0);
+  EXPECT_EQ(h.state->slots_free(),
+            h.state->config().n_slots - h.sched->prefix_cache().checkpoints());
+
+  // The second pass, which would write the checkpoint at 32, fails: the sequence ends with the
+  // error, and its slot and the checkpoint slot it had taken go back.
+  RecurrentHarness f(1, 4, true);
+  f.runner->fail_pass = 2;
+  f.add(1, join({}, 1, 40), 5);
+  f.step();
+  f.step();
+  EXPECT_FALSE(f.sched->has_work());
+  EXPECT_EQ(f.sched->prefix_cache().checkpoints(), 0);
+  EXPECT_EQ(f.state->slots_free(), f.state->config().n_slots);
 }
 
 TEST(SchedulerRecurrent, APreemptedSequenceResumesFromItsCheckpoint) {

@@ -620,6 +620,49 @@ TEST_F(MambaServer, ARepeatedPromptContinuesFromAStateCheckpoint) {
       << m.body;
 }
 
+// Speculative decoding with state snapshots over HTTP: speculative.s reaches the runner, the
+// output equals the plain request's, the receipt records s in its config and the restores and
+// replays in its output, and /metrics counts the same rollbacks. A logit bias confines the
+// output to two tokens so that n-gram drafts are sometimes right, sometimes wrong.
+TEST_F(MambaServer, SpeculationRollsTheStateBackAndTheReceiptCountsIt) {
+  POWER_REQUIRE_SHARED();
+  const std::string ids = read_text(testing::shared_dir() + "/fixtures/models/mamba/tokens.txt");
+  json prompt = json::array();
+  std::istringstream in(ids);
+  for (int t; prompt.size() < 12 && in >> t;) prompt.push_back(t);
+  json req = {{"model", "mamba-Q8_0"},
+              {"prompt", prompt},
+              {"max_tokens", 48},
+              {"temperature", 0},
+              {"logit_bias", {{"420", 30}, {"105", 30}}}};
+  auto plain = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  req["speculative"] = {{"mode", "ngram"}, {"k", 4}, {"s", 2}};
+  req["power_receipt"] = true;
+  auto spec = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(spec.status, 200) << spec.body;
+  const json a = json::parse(plain.body), b = json::parse(spec.body);
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+  const json receipt = json::parse(b["power_receipt"].get<std::string>());
+  EXPECT_EQ(receipt["config"]["speculative"]["s"], 2);
+  const json& out = receipt["output"]["speculative"];
+  const int64_t restores = out["restores"].get<int64_t>(), replays = out["replays"].get<int64_t>();
+  EXPECT_GT(out["drafted"].get<int64_t>(), 0);
+  EXPECT_GT(restores + replays, 0) << out.dump();
+  const std::string metrics = get(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("power_speculative_restores_total{model=\"mamba-Q8_0\"} " +
+                         std::to_string(restores) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("power_speculative_replays_total{model=\"mamba-Q8_0\"} " +
+                         std::to_string(replays) + "\n"),
+            std::string::npos)
+      << metrics;
+  req["speculative"]["s"] = 65;
+  auto bad = post(port_, "/v1/completions", req.dump());
+  EXPECT_EQ(expect_error(bad, 400)["param"], "speculative.s");
+}
+
 TEST(ServerConfig, JsonKeysMirrorFlags) {
   ServerOptions o;
   Status st = apply_config_json(json::parse(R"({"host":"0.0.0.0","port":9000,
