@@ -8,6 +8,7 @@
 
 #include "device/cpu_ops.h"
 #include "device/cpu_ops_internal.h"
+#include "kernels/cpu/ops.h"
 
 namespace power {
 
@@ -135,7 +136,8 @@ void CpuOps::ssm_scan(int layer, Act x, Act dt, const sdk::Weight& A, Act B, Act
     }
   }
   // Work items: (chunk, block of channels); a channel's tokens run in order. The arithmetic is
-  // llama.cpp's ggml_ssm_scan: f32, states summed in order 0..N-1, softplus as log1p(exp).
+  // kernels' ssm_scan_step: llama.cpp's ggml_ssm_scan on the portable path (f32, states summed
+  // in order 0..N-1, softplus as log1p(exp)), a vector exp and 8 partial sums on AVX2/AVX-512.
   constexpr int64_t kChannelBlock = 32;
   const int64_t blocks = (n_ch + kChannelBlock - 1) / kChannelBlock;
   const size_t items = ws_.chunks.size() * static_cast<size_t>(blocks);
@@ -153,19 +155,10 @@ void CpuOps::ssm_scan(int layer, Act x, Act dt, const sdk::Weight& A, Act B, Act
         const float* br = row(B, t0 + i);
         const float* cr = row(C, t0 + i);
         float* yr = row(y, t0 + i);
-        for (int64_t c = c0; c < c1; ++c) {
-          const float dv = dtr[c];
-          const float dt_soft = dv <= 20.0f ? std::log1p(std::exp(dv)) : dv;
-          const float x_dt = xr[c] * dt_soft;
-          float* sc = state + c * n_state;
-          const float* ac = a + c * n_state;
-          float sum = 0.0f;
-          for (int64_t k = 0; k < n_state; ++k) {
-            const float v = sc[k] * std::exp(dt_soft * ac[k]) + br[k] * x_dt;
-            sum += v * cr[k];
-            sc[k] = v;
-          }
-          yr[c] = d != nullptr ? sum + xr[c] * d[c] : sum;
+        ssm_scan_step(state + c0 * n_state, a + c0 * n_state, br, cr, dtr + c0, xr + c0, c1 - c0,
+                      n_state, yr + c0);
+        if (d != nullptr) {
+          for (int64_t c = c0; c < c1; ++c) yr[c] += xr[c] * d[c];
         }
         const int32_t snap = snapshot_slot(ws_.chunks[s], i);
         if (snap >= 0) {

@@ -250,6 +250,32 @@ __attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// ssm_scan_step's AVX2 path: per channel, n / 8 vectors of state; the products with cc are
+// summed in 8 lanes, then the lanes in a fixed order.
+__attribute__((target("avx2,fma"))) void ssm_scan_step_avx2(float* h, const float* a,
+                                                            const float* b, const float* cc,
+                                                            const float* dt, const float* x,
+                                                            int64_t n_ch, int64_t n, float* y) {
+  for (int64_t c = 0; c < n_ch; ++c) {
+    const float dv = dt[c];
+    const float dt_soft = dv <= 20.0f ? std::log1p(std::exp(dv)) : dv;
+    const __m256 vdt = _mm256_set1_ps(dt_soft), vxdt = _mm256_set1_ps(x[c] * dt_soft);
+    float* hc = h + c * n;
+    const float* ac = a + c * n;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k += 8) {
+      const __m256 e = exp8(_mm256_mul_ps(vdt, _mm256_loadu_ps(ac + k)));
+      const __m256 v =
+          _mm256_fmadd_ps(_mm256_loadu_ps(hc + k), e, _mm256_mul_ps(_mm256_loadu_ps(b + k), vxdt));
+      _mm256_storeu_ps(hc + k, v);
+      acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(cc + k), acc);
+    }
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    y[c] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  }
+}
+
 // gate = gate / (1 + exp(-gate)) * up, 8 at a time; the last n % 8 values go through the same
 // vector code with masked loads and stores, so a value's result does not depend on where in
 // the row it sits.
@@ -473,6 +499,30 @@ void softmax(float* x, int64_t n) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void ssm_scan_step(float* h, const float* a, const float* b, const float* cc, const float* dt,
+                   const float* x, int64_t n_ch, int64_t n, float* y) {
+#if defined(__x86_64__)
+  if (use_avx2_rows() && n % 8 == 0) {
+    ssm_scan_step_avx2(h, a, b, cc, dt, x, n_ch, n, y);
+    return;
+  }
+#endif
+  for (int64_t c = 0; c < n_ch; ++c) {
+    const float dv = dt[c];
+    const float dt_soft = dv <= 20.0f ? std::log1p(std::exp(dv)) : dv;
+    const float x_dt = x[c] * dt_soft;
+    float* hc = h + c * n;
+    const float* ac = a + c * n;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = hc[k] * std::exp(dt_soft * ac[k]) + b[k] * x_dt;
+      sum += v * cc[k];
+      hc[k] = v;
+    }
+    y[c] = sum;
+  }
 }
 
 void swiglu(float* gate, const float* up, int64_t n) {

@@ -36,6 +36,16 @@ void softmax(float* x, int64_t n);
 // uses std::exp; the AVX2 path a vector exp within about 2 ulp (ops.cpp exp8), as llama.cpp's
 // SIMD silu does, so the two paths may differ in the last bits.
 void swiglu(float* gate, const float* up, int64_t n);
+// One token of Mamba's selective scan over n_ch channels of n state values each. For channel c,
+// with dt_soft = softplus(dt[c]) (log1p(exp(dt[c])), dt[c] itself above 20) and x_dt = x[c] *
+// dt_soft:  h[c n + k] = h[c n + k] * exp(dt_soft * a[c n + k]) + b[k] * x_dt  for k < n, and
+// y[c] = sum_k h[c n + k] * cc[k]  (h in place). The portable path is llama.cpp's
+// ggml_ssm_scan_f32 arithmetic (std::exp, a multiply and an add, k summed in order); the AVX2
+// path (n a multiple of 8) uses the vector exp of swiglu (about 2 ulp; arguments below -87.3
+// give about 1e-38 instead of 0), fused multiply-adds and 8 partial sums, so the two paths
+// differ in the last bits. A channel's result does not depend on n_ch or its neighbours.
+void ssm_scan_step(float* h, const float* a, const float* b, const float* cc, const float* dt,
+                   const float* x, int64_t n_ch, int64_t n, float* y);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 // y[i] = fma(a, x[i], y[i]) (one rounding); y and x must not overlap.
