@@ -95,6 +95,9 @@ struct RuntimeStats {
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_blocks = 0;
   int64_t prefix_state_checkpoints = 0;  // recurrent models: states the prefix cache holds
   uint64_t steps = 0;
+  // Running sequences preempted by higher-priority work (they resume later, recomputing what
+  // the prefix cache does not hold).
+  uint64_t preemptions = 0;
   // Speculative decoding totals: tokens drafted and accepted, target passes that verified
   // drafts and the tokens those passes committed (tokens per verify pass = ratio).
   uint64_t spec_drafted = 0, spec_accepted = 0, spec_verify_passes = 0, spec_verify_tokens = 0;

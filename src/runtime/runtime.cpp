@@ -101,10 +101,11 @@ struct ModelSlot {
   std::string kv_type;
   bool prefix_reuse = true;
 
-  std::mutex mu;  // guards sched, requests, chat, stopping, steps
+  std::mutex mu;  // guards sched, requests, chat, stopping, steps, preemptions
   std::condition_variable cv;
   bool stopping = false;
   uint64_t steps = 0;
+  uint64_t preemptions = 0;      // running sequences sent back to the queue for higher priority
   uint64_t committed_bytes = 0;  // what this replica added to Runtime::committed_bytes_
   uint64_t next_id = 1;
   std::unordered_map<uint64_t, std::shared_ptr<RequestState>> requests;
@@ -246,6 +247,7 @@ void ModelSlot::run_worker() {
     for (SeqEvent& e : events) {
       auto it = requests.find(e.id);
       if (it == requests.end()) continue;
+      if (e.kind == SeqEvent::Kind::kPreempted) ++preemptions;
       // An admission is stamped when it is planned, before the pass that prefills it runs
       // (process() sees the event only after that pass).
       if (e.kind == SeqEvent::Kind::kAdmitted && !e.resumed) it->second->t_admit = now;
@@ -365,6 +367,7 @@ RuntimeStats ModelHandle::stats() const {
     s.prefix_cache_blocks += static_cast<int64_t>(slot->sched->prefix_cache().entries());
     s.prefix_state_checkpoints += slot->sched->prefix_cache().checkpoints();
     s.steps += slot->steps;
+    s.preemptions += slot->preemptions;
     s.spec_drafted += slot->spec_totals.drafted;
     s.spec_accepted += slot->spec_totals.accepted;
     s.spec_verify_passes += slot->spec_totals.verify_passes;

@@ -145,6 +145,12 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_scheduler_steps_total{{model=\"{}\"}} {}\n", label(m.name),
                      m.stats.steps);
   }
+  header("power_preemptions_total", "counter",
+         "Running requests preempted by higher-priority ones (they resume later), per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_preemptions_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.preemptions);
+  }
   // Speculative decoding (docs/SPECULATIVE.md): tokens per verify pass is
   // verify_tokens / verify_passes.
   const std::pair<const char*, uint64_t RuntimeStats::*> spec[] = {

@@ -382,6 +382,7 @@ TEST(MambaRuntime, APreemptedRequestResumesWithItsOwnOutput) {
   EXPECT_EQ(high.tokens, high_alone);
   EXPECT_EQ(low_done.tokens, low_alone);
   EXPECT_GT(m->stats().prefix_state_checkpoints, 0);
+  EXPECT_EQ(m->stats().preemptions, 1u);
 }
 
 }  // namespace

@@ -618,6 +618,8 @@ TEST_F(MambaServer, ARepeatedPromptContinuesFromAStateCheckpoint) {
   EXPECT_NE(m.body.find("power_prefix_state_checkpoints{model=\"mamba-Q8_0\"} 1\n"),
             std::string::npos)
       << m.body;
+  EXPECT_NE(m.body.find("power_preemptions_total{model=\"mamba-Q8_0\"} 0\n"), std::string::npos)
+      << m.body;
 }
 
 // Speculative decoding with state snapshots over HTTP: speculative.s reaches the runner, the
