@@ -70,6 +70,14 @@ std::vector<double> read_f64(const std::string& path) {
   return read_as<double>(path);
 }
 
+std::vector<int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<int32_t> ids;
+  int32_t x;
+  while (f >> x) ids.push_back(x);
+  return ids;
+}
+
 void expect_identical_completions(const Completion& got, const Completion& want) {
   EXPECT_EQ(got.tokens, want.tokens);
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size());

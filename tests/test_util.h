@@ -25,6 +25,8 @@ void remove_tree(const std::string& path);
 std::vector<uint8_t> read_bytes(const std::string& path);
 std::vector<float> read_f32(const std::string& path);
 std::vector<double> read_f64(const std::string& path);
+// Whitespace-separated token ids (the fixtures' tokens.txt and *.greedy.txt).
+std::vector<int32_t> read_ids(const std::string& path);
 // Two runs of one request gave the same tokens and, for every token, the same chosen and top
 // log-probabilities as floats (bit for bit: the logits they come from were equal).
 void expect_identical_completions(const Completion& got, const Completion& want);

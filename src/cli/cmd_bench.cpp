@@ -73,13 +73,11 @@ double stddev(const std::vector<double>& v) {
 
 // One timed run of a test; returns seconds.
 // Models with recurrent layers: `rec` holds the sequence's state slot (zeroed each run).
-Result<double> run_once(const Model& model, Workspace& ws, KvCache& kv, RecurrentState* rec,
-                        const std::vector<int32_t>& tokens, bool prefill, float* logits) {
+Result<double> run_once(const Model& model, Workspace& ws, KvCache& kv,
+                        std::unique_ptr<RecurrentState>& rec, const std::vector<int32_t>& tokens,
+                        bool prefill, float* logits) {
   KvSequence seq(&kv);
-  if (rec != nullptr) {
-    POWER_ASSIGN_OR_RETURN(int slot, rec->allocate());
-    seq.attach_recurrent(rec, slot);
-  }
+  POWER_RETURN_IF_ERROR(model.attach_state(seq, rec));
   const auto start = std::chrono::steady_clock::now();
   if (prefill) {
     ForwardChunk chunk{&seq, tokens, false};
@@ -109,12 +107,7 @@ void run_bench(const BenchOptions& o) {
   const int64_t n_ctx = std::max<int64_t>(1, std::max(o.n_prompt, o.n_gen));
   auto kv = KvCache::create(model.kv_config(n_ctx, 1, GgmlType::F16));
   if (!kv.ok()) return report_error(kv.status());
-  std::unique_ptr<RecurrentState> rec;
-  if (model.has_recurrent_state()) {
-    auto r = RecurrentState::create(model.recurrent_config(1));
-    if (!r.ok()) return report_error(r.status());
-    rec = std::move(*r);
-  }
+  std::unique_ptr<RecurrentState> rec;  // declared before the sequences run_once makes
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
@@ -136,7 +129,7 @@ void run_bench(const BenchOptions& o) {
       for (auto& id : tokens) id = tok(rng);
       std::vector<double> rates;
       for (int rep = -1; rep < o.reps; ++rep) {  // rep -1: warm-up, not counted
-        auto secs = run_once(model, **ws, **kv, rec.get(), tokens, prefill, logits.data());
+        auto secs = run_once(model, **ws, **kv, rec, tokens, prefill, logits.data());
         if (!secs.ok()) return report_error(secs.status());
         if (rep >= 0) rates.push_back(static_cast<double>(n) / *secs);
       }

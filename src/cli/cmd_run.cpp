@@ -266,14 +266,7 @@ void run_logits(const std::string& path, const std::string& ids_text, const std:
   if (!kv.ok()) return report_error(kv.status());
   std::unique_ptr<RecurrentState> rec;  // models with recurrent layers: one state slot
   KvSequence seq(kv->get());
-  if (model.has_recurrent_state()) {
-    auto r = RecurrentState::create(model.recurrent_config(1));
-    if (!r.ok()) return report_error(r.status());
-    rec = std::move(*r);
-    auto slot = rec->allocate();
-    if (!slot.ok()) return report_error(slot.status());
-    seq.attach_recurrent(rec.get(), *slot);
-  }
+  if (Status st = model.attach_state(seq, rec); !st.ok()) return report_error(st);
   ForwardChunk chunk{&seq, *ids, true};
   std::vector<float> logits(static_cast<size_t>(n * model.hparams().n_vocab));
   Status st = model.forward(**ws, std::span<const ForwardChunk>(&chunk, 1), logits.data());

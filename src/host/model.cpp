@@ -320,6 +320,16 @@ RecurrentStateConfig Model::recurrent_config(int n_sequences) const {
   return c;
 }
 
+Status Model::attach_state(KvSequence& seq, std::unique_ptr<RecurrentState>& state) const {
+  if (!has_recurrent_state()) return Status();
+  if (state == nullptr) {
+    POWER_ASSIGN_OR_RETURN(state, RecurrentState::create(recurrent_config(1)));
+  }
+  POWER_ASSIGN_OR_RETURN(int slot, state->allocate());
+  seq.attach_recurrent(state.get(), slot);
+  return Status();
+}
+
 int64_t Model::logit_rows(std::span<const ForwardChunk> chunks) {
   int64_t n = 0;
   for (const auto& c : chunks) n += c.all_logits ? static_cast<int64_t>(c.tokens.size()) : 1;

@@ -72,6 +72,10 @@ class Model {
   // Recurrent state of n_sequences sequences (no layers when the model has none).
   RecurrentStateConfig recurrent_config(int n_sequences) const;
   bool has_recurrent_state() const { return !layout_recurrent_floats_.empty(); }
+  // A sequence run outside the runtime's scheduler (scoring, benchmarks): gives `seq` a fresh
+  // slot of `state`, first creating `state` with one slot when it is null. Nothing for models
+  // without recurrent layers. `state` must outlive `seq` (the sequence releases the slot).
+  Status attach_state(KvSequence& seq, std::unique_ptr<RecurrentState>& state) const;
 
   // Rows of logits forward() writes for these chunks.
   static int64_t logit_rows(std::span<const ForwardChunk> chunks);

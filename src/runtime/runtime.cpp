@@ -951,11 +951,7 @@ Result<std::vector<float>> Runtime::logits(const ModelHandle& handle,
     POWER_ASSIGN_OR_RETURN(auto kv, KvCache::create(kc));
     std::unique_ptr<RecurrentState> rec;
     KvSequence seq(kv.get());
-    if (model.has_recurrent_state()) {
-      POWER_ASSIGN_OR_RETURN(rec, RecurrentState::create(model.recurrent_config(1)));
-      POWER_ASSIGN_OR_RETURN(int slot, rec->allocate());
-      seq.attach_recurrent(rec.get(), slot);
-    }
+    POWER_RETURN_IF_ERROR(model.attach_state(seq, rec));
     out.resize(static_cast<size_t>(n * m.info.n_vocab));
     const ForwardChunk chunk{&seq, tokens, true};
     Status fst = model.forward(*ws, std::span<const ForwardChunk>(&chunk, 1), out.data());

@@ -28,6 +28,13 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// A fixture's token ids as `power logits --tokens` takes them: "1,2,3".
+std::string id_list(const std::string& path) {
+  std::string out;
+  for (int32_t id : testing::read_ids(path)) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
 class CliRunTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = testing::make_temp_dir("power-clirun"); }
@@ -142,9 +149,8 @@ TEST_F(CliRunTest, RunErrors) {
 // argmax at every position.
 TEST_F(CliRunTest, LogitsMatchPeer) {
   POWER_REQUIRE_SHARED();
-  std::string ids = read_text(testing::shared_dir() + "/fixtures/models/stories260K/tokens.txt");
-  for (char& c : ids) c = (c == ' ' ? ',' : c);
-  while (!ids.empty() && (ids.back() == '\n' || ids.back() == ',')) ids.pop_back();
+  const std::string ids =
+      id_list(testing::shared_dir() + "/fixtures/models/stories260K/tokens.txt");
   std::string out = dir_ + "/logits.f32";
   auto r =
       run_power({"logits", "-m", stories("stories260K-F32.gguf"), "--tokens", ids, "--out", out});
@@ -178,9 +184,7 @@ TEST_F(CliRunTest, LogitsMatchPeer) {
 TEST_F(CliRunTest, MambaLogitsBenchAndSynth) {
   POWER_REQUIRE_SHARED();
   const std::string dir = testing::shared_dir() + "/fixtures/models/mamba/";
-  std::string ids = read_text(dir + "tokens.txt");
-  for (char& c : ids) c = (c == ' ' || c == '\n' ? ',' : c);
-  while (!ids.empty() && ids.back() == ',') ids.pop_back();
+  const std::string ids = id_list(dir + "tokens.txt");
   const std::string out = dir_ + "/logits.f32";
   auto r = run_power({"logits", "-m", dir + "mamba-F32.gguf", "--tokens", ids, "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -224,9 +228,7 @@ TEST_F(CliRunTest, MambaLogitsBenchAndSynth) {
 TEST_F(CliRunTest, MambaRunsEveryWeightType) {
   POWER_REQUIRE_SHARED();
   const std::string dir = testing::shared_dir() + "/fixtures/models/mamba/";
-  std::string ids = read_text(dir + "tokens.txt");
-  for (char& c : ids) c = (c == ' ' || c == '\n' ? ',' : c);
-  while (!ids.empty() && ids.back() == ',') ids.pop_back();
+  const std::string ids = id_list(dir + "tokens.txt");
   const auto exact = testing::read_f32(dir + "mamba-F32.logits-exact.f32");
   ASSERT_EQ(exact.size() % 48, 0u);
   const size_t n_vocab = exact.size() / 48;

@@ -13,19 +13,13 @@
 namespace power {
 namespace {
 
+using testing::read_ids;
+
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> ids;
-  int32_t x;
-  while (f >> x) ids.push_back(x);
-  return ids;
 }
 
 struct Stack {

@@ -22,16 +22,10 @@
 namespace power {
 namespace {
 
+using testing::read_ids;
+
 std::string dir() {
   return testing::shared_dir() + "/fixtures/models/mamba";
-}
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> ids;
-  int32_t x;
-  while (f >> x) ids.push_back(x);
-  return ids;
 }
 
 int32_t argmax(const float* row, int64_t n) {

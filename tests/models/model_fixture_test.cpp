@@ -21,13 +21,7 @@
 namespace power {
 namespace {
 
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<int32_t> ids;
-  int32_t x;
-  while (f >> x) ids.push_back(x);
-  return ids;
-}
+using testing::read_ids;
 
 int32_t argmax(const float* row, int64_t n) {
   int32_t best = 0;
