@@ -32,6 +32,18 @@ ours="$OUT_DIR/power.jsonl" theirs="$OUT_DIR/llama.jsonl" base="$OUT_DIR/baselin
 : >"$ours"
 : >"$theirs"
 : >"$base"
+# The files' cached pages are dropped first (POSIX_FADV_DONTNEED), so the first tool's mapping
+# reads them back in as the kernel caches mapped reads (2 MiB folios on ext4 / xfs with a recent
+# kernel) and both tools stream the same cache. Without this the result depends on how the file
+# got cached: a freshly written file sits in 4 KiB pages, and decoding through 4 KiB pages ran
+# 25 % slower for both tools on an AMD EPYC VM (docs/PERFORMANCE.md). KEEP_CACHE=1 skips it.
+if [[ -z "${KEEP_CACHE:-}" ]]; then
+  python3 -c 'import os, sys
+for f in sys.argv[1:]:
+    fd = os.open(f, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)' "$@"
+fi
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for f in "$@"; do

@@ -28,6 +28,12 @@ int advice_of(AccessHint hint) {
       return MADV_RANDOM;
     case AccessHint::kWillNeed:
       return MADV_WILLNEED;
+    case AccessHint::kHugePage:
+#if defined(MADV_HUGEPAGE)
+      return MADV_HUGEPAGE;
+#else
+      break;
+#endif
     case AccessHint::kNormal:
       break;
   }

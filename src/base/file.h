@@ -47,7 +47,11 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-enum class AccessHint { kNormal, kSequential, kRandom, kWillNeed };
+// kHugePage: MADV_HUGEPAGE, so that pages the mapping's faults read in come as 2 MiB folios
+// where the filesystem supports them (ext4, xfs on recent kernels) and are mapped with one TLB
+// entry each (base/huge_pages.h says why that matters for weights). Pages already cached keep
+// the folio size they were cached with.
+enum class AccessHint { kNormal, kSequential, kRandom, kWillNeed, kHugePage };
 
 class MappedFile {
  public:

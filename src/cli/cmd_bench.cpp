@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/cpu.h"
+#include "base/huge_pages.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "host/model.h"
@@ -144,12 +145,30 @@ void run_bench(const BenchOptions& o) {
         j["tokens_per_s"] = rates;
         j["isa"] = isa;
         j["model"] = o.model_path;
+        // Where the weights live: packed copies (advised for huge pages) and what the kernel
+        // maps with huge pages after the test (base/huge_pages.h).
+        const HugePageUsage hu = process_huge_page_usage();
+        j["packed_bytes"] = model.repacked().bytes();
+        j["huge_pages"] = {{"thp", transparent_huge_page_mode()},
+                           {"packed_advised_bytes", model.repacked().huge_advised_bytes()},
+                           {"anon_bytes", hu.anon_bytes},
+                           {"file_bytes", hu.file_bytes}};
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("| %-8s | %7d | %16.2f | %10.2f |\n", name.c_str(), t, med, sd);
       }
       std::fflush(stdout);
     }
+  }
+  if (!o.json) {
+    const HugePageUsage hu = process_huge_page_usage();
+    std::printf(
+        "packed copies %.1f MB (%.1f MB advised for huge pages; THP %s); huge pages "
+        "mapped: anonymous %.1f MB, file %.1f MB\n",
+        static_cast<double>(model.repacked().bytes()) / 1e6,
+        static_cast<double>(model.repacked().huge_advised_bytes()) / 1e6,
+        transparent_huge_page_mode().empty() ? "absent" : transparent_huge_page_mode().c_str(),
+        static_cast<double>(hu.anon_bytes) / 1e6, static_cast<double>(hu.file_bytes) / 1e6);
   }
 }
 

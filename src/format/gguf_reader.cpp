@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "base/checked.h"
+#include "base/huge_pages.h"
 #include "format/gguf.h"
 #include "format/gguf_internal.h"
 
@@ -440,6 +441,9 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path,
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->mapping_ = std::move(mapping).value();
   f->bytes_ = f->mapping_.bytes();
+  // Weights read through the mapping (the types the kernels do not repack) stream once per
+  // token: 2 MiB folios where the filesystem makes them (POWER_HUGEPAGES=0: not advised).
+  if (huge_pages_enabled()) f->mapping_.advise(0, f->mapping_.size(), AccessHint::kHugePage);
   GgufParser parser(*f, limits);
   Status st = parser.run();
   if (!st.ok()) return std::move(st.with("path", path));

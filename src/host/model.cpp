@@ -209,14 +209,16 @@ Status finish_load(Model& m, const Device& device, const sdk::ModelSpec& spec,
   }
   plan.max_row = max_row;
   // The CPU kernels' packed copies of the matrices (token-embedding tables used only for row
-  // lookups are not matrices here).
+  // lookups are not matrices here), made in one call so that they share one huge-page region.
+  std::vector<TensorView> matrices;
   for (const BoundWeight& b : weights) {
     if ((b.uses & sdk::kUseMatmul) == 0 || b.view.ne[2] != 1 || b.view.ne[3] != 1 ||
         !matmul_repack_supported(b.view.type)) {
       continue;
     }
-    packs.add(b.view);
+    matrices.push_back(b.view);
   }
+  packs.add_all(matrices);
   return Status();
 }
 

@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "format/gguf.h"
 #include "run_util.h"
@@ -217,6 +220,60 @@ TEST_F(CliRunTest, MambaLogitsBenchAndSynth) {
                  synth});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   bench_lines(synth);
+}
+
+// `power bench --json` says where the weights live (issue #29): the packed copies' bytes, how
+// many of them were advised for huge pages, and what the kernel maps with huge pages. A 134M
+// Q4_0 file: its attention and FFN matrices (48 MB) are packed into one region; where THP is
+// `always` or `madvise` the kernel backs most of it with 2 MiB pages; POWER_HUGEPAGES=0 leaves
+// the region unadvised (and, under `madvise`, in small pages).
+TEST_F(CliRunTest, BenchReportsHugePageBackedWeights) {
+  POWER_REQUIRE_SHARED();
+  const std::string model = dir_ + "/134m-q4_0.gguf";
+  auto r = run_power({"dev", "synth", "--shape", "134m", "--type", "q4_0", "--vocab",
+                      testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf", "-o",
+                      model});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string thp;
+  {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    std::getline(f, line);
+    const size_t a = line.find('['), b = line.find(']');
+    if (a != std::string::npos && b != std::string::npos) thp = line.substr(a + 1, b - a - 1);
+  }
+  auto bench = [&]() {
+    auto b =
+        run_power({"bench", "-m", model, "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--json"});
+    EXPECT_EQ(b.exit_code, 0) << b.err;
+    const size_t brace = b.out.find('{');
+    EXPECT_NE(brace, std::string::npos) << b.out;
+    return nlohmann::json::parse(b.out.substr(brace == std::string::npos ? 0 : brace));
+  };
+  const char* saved = std::getenv("POWER_HUGEPAGES");
+  unsetenv("POWER_HUGEPAGES");
+  const nlohmann::json on = bench();
+  setenv("POWER_HUGEPAGES", "0", 1);
+  const nlohmann::json off = bench();
+  if (saved) {
+    setenv("POWER_HUGEPAGES", saved, 1);
+  } else {
+    unsetenv("POWER_HUGEPAGES");
+  }
+  const int64_t packed = on["packed_bytes"].get<int64_t>();
+  // 12 layers x (4 x 768 x 768 + 3 x 768 x 2048) weights at 18 bytes per 32.
+  EXPECT_EQ(packed, int64_t{12} * (4 * 768 * 768 + 3 * 768 * 2048) / 32 * 18);
+  EXPECT_EQ(off["packed_bytes"].get<int64_t>(), packed);
+  EXPECT_EQ(on["huge_pages"]["thp"].get<std::string>(), thp);
+  EXPECT_EQ(off["huge_pages"]["packed_advised_bytes"].get<int64_t>(), 0);
+  if (thp.empty()) return;  // a kernel without THP: nothing is advised
+  EXPECT_GE(on["huge_pages"]["packed_advised_bytes"].get<int64_t>(), packed);
+  if (thp == "always" || thp == "madvise") {
+    EXPECT_GE(on["huge_pages"]["anon_bytes"].get<int64_t>(), packed / 2) << on.dump();
+  }
+  if (thp == "madvise") {
+    EXPECT_LT(off["huge_pages"]["anon_bytes"].get<int64_t>(), packed / 4) << off.dump();
+  }
 }
 
 // Mamba with every weight type `power quantize` writes (issue #22: "every weight type the

@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "kernels/cpu/context.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
 
@@ -267,6 +269,52 @@ TEST_P(RepackTest, RegistrySharesCopiesAndRejectsOtherViews) {
   EXPECT_FALSE(d.add(three_d));
   EXPECT_FALSE(d.add(TensorView{}));
   EXPECT_EQ(d.n_matrices(), 0);
+}
+
+// A loader's one add_all() call: every packable matrix gets its copy in one 2 MiB-aligned
+// region advised for huge pages, in call order; a view another owner packed is shared, a
+// repeated view is packed once, an unpackable one is skipped; the results are the reference's.
+TEST_P(RepackTest, AddAllPacksIntoOneHugePageRegion) {
+  const GgmlType type = GetParam();
+  if (simd_isas_here().empty()) GTEST_SKIP() << "no SIMD ISA on this machine";
+  IsaGuard guard;
+  ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
+  std::mt19937 rng(19);
+  Weights a = make_weights(type, 512, 40, 0, 0, rng);
+  Weights b = make_weights(type, 256, 16, 3, 1, rng);
+  Weights shared = make_weights(type, 256, 24, 0, 0, rng);
+  Weights small = make_weights(type, 256, 7, 0, 0, rng);  // fewer than 8 rows: not packable
+  RepackedWeights other;
+  ASSERT_TRUE(other.add(shared.view));
+  const uint64_t shared_bytes = other.bytes();
+  const uint8_t* shared_copy = kernels::find_packed(shared.view)->data.get();
+  {
+    RepackedWeights packs;
+    const std::vector<TensorView> views = {a.view, small.view, b.view, a.view, shared.view};
+    EXPECT_EQ(packs.add_all(views), 4);  // a (twice), b, shared; not small
+    EXPECT_EQ(packs.n_matrices(), 3);
+    EXPECT_FALSE(matmul_uses_repacked(small.view));
+    auto pa = kernels::find_packed(a.view);
+    auto pb = kernels::find_packed(b.view);
+    ASSERT_TRUE(pa && pb);
+    const auto* region = pa->data.get();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(region) % kHugePageBytes, 0u);
+    EXPECT_EQ(pb->data.get(), region + (pa->bytes() + 63) / 64 * 64);       // the next 64-byte slot
+    EXPECT_EQ(kernels::find_packed(shared.view)->data.get(), shared_copy);  // not copied again
+    const uint64_t own = pa->bytes() + pb->bytes();
+    EXPECT_EQ(packs.bytes(), own + shared_bytes);
+    if (huge_pages_enabled() && !transparent_huge_page_mode().empty()) {
+      EXPECT_GE(packs.huge_advised_bytes(), own);
+    }
+    for (const Weights* w : {&a, &b, &shared, &small}) {
+      check_matmul(*w, 3, 2, rng);
+      check_matmul(*w, 1, 1, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+  // The region went with its owner; the other owner's copy stays.
+  EXPECT_FALSE(matmul_uses_repacked(a.view));
+  EXPECT_TRUE(matmul_uses_repacked(shared.view));
 }
 
 TEST_P(RepackTest, EnvironmentSwitchDisablesRepacking) {

@@ -2,14 +2,18 @@
 // registry through which matmul() finds the packed copies.
 #include "kernels/cpu/matmul_repack.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <new>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
+
+#include "base/huge_pages.h"
+#include "base/log.h"
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -73,7 +77,8 @@ void pack_block(GgmlType type, const uint8_t* const rows[8], int64_t b, uint8_t*
   }
 }
 
-std::shared_ptr<kernels::PackedMatrix> pack(const TensorView& w) {
+// The packed copy's shape for `w` (data not yet set).
+std::shared_ptr<kernels::PackedMatrix> packed_shape(const TensorView& w) {
   auto p = std::make_shared<kernels::PackedMatrix>();
   p->type = w.type;
   p->k = w.ne[0];
@@ -81,23 +86,31 @@ std::shared_ptr<kernels::PackedMatrix> pack(const TensorView& w) {
   p->row_stride = w.nb[1];
   p->n_groups = w.ne[1] / kernels::kPackRows;
   const int64_t nb = w.ne[0] / kernels::packed_block_elems(w.type);
+  p->group_bytes = static_cast<uint64_t>(nb) * kernels::packed_block_bytes(w.type);
+  return p;
+}
+
+// Writes the packed copy of `w` at p.data.
+void pack_into(const TensorView& w, const kernels::PackedMatrix& p) {
+  const int64_t nb = w.ne[0] / kernels::packed_block_elems(w.type);
   const uint64_t rec = kernels::packed_block_bytes(w.type);
-  p->group_bytes = static_cast<uint64_t>(nb) * rec;
-  const uint64_t total = (p->bytes() + 63) / 64 * 64;
-  auto* mem = static_cast<uint8_t*>(::operator new (total, std::align_val_t{64}));
-  p->data = std::shared_ptr<uint8_t>(
-      mem, [](uint8_t* q) { ::operator delete (q, std::align_val_t{64}); });
   const auto* base = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p->n_groups; ++g) {
+  uint8_t* mem = p.data.get();
+  for (int64_t g = 0; g < p.n_groups; ++g) {
     const uint8_t* rows[kernels::kPackRows];
     for (int i = 0; i < kernels::kPackRows; ++i) {
       rows[i] = base + static_cast<uint64_t>(g * kernels::kPackRows + i) * w.nb[1];
     }
-    uint8_t* out = mem + static_cast<uint64_t>(g) * p->group_bytes;
+    uint8_t* out = mem + static_cast<uint64_t>(g) * p.group_bytes;
     for (int64_t b = 0; b < nb; ++b)
       pack_block(w.type, rows, b, out + static_cast<uint64_t>(b) * rec);
   }
-  return p;
+}
+
+bool packable(const TensorView& w) {
+  return w.data != nullptr && matmul_repack_supported(w.type) && w.ne[2] == 1 && w.ne[3] == 1 &&
+         w.ne[1] >= kernels::kPackRows && w.ne[0] > 0 &&
+         w.ne[0] % kernels::packed_block_elems(w.type) == 0;
 }
 
 }  // namespace
@@ -125,42 +138,82 @@ bool matmul_repack_supported(GgmlType type) {
 }
 
 bool RepackedWeights::add(const TensorView& w) {
-  if (w.data == nullptr || !matmul_repack_enabled() || !matmul_repack_supported(w.type)) {
-    return false;
-  }
-  if (w.ne[2] != 1 || w.ne[3] != 1 || w.ne[1] < kernels::kPackRows ||
-      w.ne[0] % kernels::packed_block_elems(w.type) != 0 || w.ne[0] <= 0) {
-    return false;
-  }
-  for (const void* k : keys_) {
-    if (k == w.data) return true;  // this owner has it already
-  }
+  return add_all(std::span<const TensorView>(&w, 1)) == 1;
+}
+
+int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
+  if (!matmul_repack_enabled()) return 0;
   Registry& reg = registry();
+  // How many of `ws` this owner now serves from packed copies (a view repeated in `ws`
+  // counts each time).
+  auto served = [&]() {
+    int64_t n = 0;
+    for (const TensorView& w : ws) {
+      if (!packable(w) || std::find(keys_.begin(), keys_.end(), w.data) == keys_.end()) continue;
+      auto it = reg.entries.find(w.data);
+      n += it != reg.entries.end() && same_view(*it->second.packed, w) ? 1 : 0;
+    }
+    return n;
+  };
+  // Views this owner holds already, or another owner packed: shared. The rest are packed here.
+  std::vector<const TensorView*> todo;
   {
     std::unique_lock lock(reg.mu);
-    auto it = reg.entries.find(w.data);
-    if (it != reg.entries.end()) {
-      if (!same_view(*it->second.packed, w)) return false;  // another view of these bytes
-      ++it->second.owners;
-      keys_.push_back(w.data);
-      bytes_ += it->second.packed->bytes();
-      return true;
+    for (const TensorView& w : ws) {
+      if (!packable(w)) continue;
+      if (std::find(keys_.begin(), keys_.end(), w.data) != keys_.end()) continue;
+      auto it = reg.entries.find(w.data);
+      if (it != reg.entries.end()) {
+        if (!same_view(*it->second.packed, w)) continue;  // another view of these bytes
+        ++it->second.owners;
+        keys_.push_back(w.data);
+        bytes_ += it->second.packed->bytes();
+        continue;
+      }
+      bool dup = false;  // the same view twice in `ws`
+      for (const TensorView* t : todo) dup = dup || t->data == w.data;
+      if (!dup) todo.push_back(&w);
     }
+    if (todo.empty()) return served();
   }
-  // Pack outside the lock (it reads the whole matrix), then publish unless someone else won.
-  std::shared_ptr<kernels::PackedMatrix> p = pack(w);
+  // One huge-page region for all the new copies (base/huge_pages.h): decode streams through
+  // them every token, and 4 KiB pages cost a page walk per 4 KiB of that stream.
+  std::vector<std::shared_ptr<kernels::PackedMatrix>> packs;
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (const TensorView* w : todo) {
+    packs.push_back(packed_shape(*w));
+    offsets.push_back(total);
+    total += (packs.back()->bytes() + 63) / 64 * 64;
+  }
+  Result<HugeRegion> region = HugeRegion::allocate(total);
+  if (!region.ok()) {
+    POWER_LOG_WARN("weights stay unpacked: {}", region.status().to_string());
+    std::shared_lock lock(reg.mu);
+    return served();
+  }
+  auto shared_region = std::make_shared<HugeRegion>(std::move(region).value());
+  if (shared_region->advised()) huge_bytes_ += shared_region->size();
+  // Pack outside the lock (it reads every matrix), then publish unless someone else won.
+  for (size_t i = 0; i < todo.size(); ++i) {
+    packs[i]->data = std::shared_ptr<uint8_t>(shared_region, shared_region->data() + offsets[i]);
+    pack_into(*todo[i], *packs[i]);
+  }
   std::unique_lock lock(reg.mu);
-  auto [it, inserted] = reg.entries.try_emplace(w.data);
-  if (inserted) {
-    it->second.packed = std::move(p);
-    reg.size.fetch_add(1, std::memory_order_relaxed);
-  } else if (!same_view(*it->second.packed, w)) {
-    return false;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const TensorView& w = *todo[i];
+    auto [it, inserted] = reg.entries.try_emplace(w.data);
+    if (inserted) {
+      it->second.packed = std::move(packs[i]);
+      reg.size.fetch_add(1, std::memory_order_relaxed);
+    } else if (!same_view(*it->second.packed, w)) {
+      continue;
+    }
+    ++it->second.owners;
+    keys_.push_back(w.data);
+    bytes_ += it->second.packed->bytes();
   }
-  ++it->second.owners;
-  keys_.push_back(w.data);
-  bytes_ += it->second.packed->bytes();
-  return true;
+  return served();
 }
 
 RepackedWeights::~RepackedWeights() {

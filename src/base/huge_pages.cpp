@@ -1,0 +1,111 @@
+// HugeRegion: 2 MiB-aligned anonymous mappings advised MADV_HUGEPAGE (huge_pages.h).
+#include "base/huge_pages.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace power {
+
+namespace {
+
+uint64_t page_bytes() {
+  const long p = ::sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<uint64_t>(p) : 4096;
+}
+
+}  // namespace
+
+bool huge_pages_enabled() {
+  const char* v = std::getenv("POWER_HUGEPAGES");
+  if (v == nullptr) return true;
+  const std::string s(v);
+  return !(s == "0" || s == "off" || s == "false" || s == "no");
+}
+
+HugeRegion::~HugeRegion() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+HugeRegion::HugeRegion(HugeRegion&& o) noexcept
+    : data_(o.data_), size_(o.size_), advised_(o.advised_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+  o.advised_ = false;
+}
+
+HugeRegion& HugeRegion::operator=(HugeRegion&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    advised_ = o.advised_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.advised_ = false;
+  }
+  return *this;
+}
+
+Result<HugeRegion> HugeRegion::allocate(uint64_t bytes) {
+  if (bytes == 0) return Status(StatusCode::kInvalidArgument, "huge region of 0 bytes");
+  const uint64_t page = page_bytes();
+  if (bytes > UINT64_MAX / 2 - kHugePageBytes) {
+    return Status(StatusCode::kResourceExhausted, "huge region too large")
+        .with("bytes", std::to_string(bytes));
+  }
+  const uint64_t size = (bytes + page - 1) / page * page;
+  // Reserve 2 MiB more than needed, keep the part that starts at a 2 MiB boundary.
+  const uint64_t reserve = size + kHugePageBytes;
+  void* m = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return Status(StatusCode::kResourceExhausted, "cannot map anonymous memory")
+        .with("bytes", std::to_string(size))
+        .with("error", std::strerror(errno));
+  }
+  const auto base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t aligned = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uint64_t head = aligned - base;
+  const uint64_t tail = reserve - head - size;
+  if (head > 0) ::munmap(m, head);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  HugeRegion r;
+  r.data_ = reinterpret_cast<uint8_t*>(aligned);
+  r.size_ = size;
+#if defined(MADV_HUGEPAGE)
+  if (huge_pages_enabled()) r.advised_ = ::madvise(r.data_, size, MADV_HUGEPAGE) == 0;
+#endif
+  return r;
+}
+
+std::string transparent_huge_page_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  // "always [madvise] never": the bracketed word is the mode.
+  const size_t open = line.find('[');
+  const size_t close = line.find(']', open == std::string::npos ? 0 : open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
+}
+
+HugePageUsage process_huge_page_usage() {
+  HugePageUsage u;
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  while (in >> key) {
+    int64_t kib = 0;
+    if (key == "AnonHugePages:" && (in >> kib)) u.anon_bytes = kib * 1024;
+    if (key == "FilePmdMapped:" && (in >> kib)) u.file_bytes = kib * 1024;
+    std::string rest;
+    std::getline(in, rest);
+  }
+  return u;
+}
+
+}  // namespace power
