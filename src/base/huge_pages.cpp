@@ -5,10 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+
+#include "base/env.h"
 
 namespace power {
 
@@ -22,10 +23,7 @@ uint64_t page_bytes() {
 }  // namespace
 
 bool huge_pages_enabled() {
-  const char* v = std::getenv("POWER_HUGEPAGES");
-  if (v == nullptr) return true;
-  const std::string s(v);
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
+  return env_switch_on("POWER_HUGEPAGES");
 }
 
 HugeRegion::~HugeRegion() {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -12,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/env.h"
 #include "base/huge_pages.h"
 #include "base/log.h"
 
@@ -116,10 +116,7 @@ bool packable(const TensorView& w) {
 }  // namespace
 
 bool matmul_repack_enabled() {
-  const char* v = std::getenv("POWER_REPACK");
-  if (v == nullptr) return true;
-  const std::string s(v);
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
+  return env_switch_on("POWER_REPACK");
 }
 
 bool matmul_repack_supported(GgmlType type) {
