@@ -93,4 +93,26 @@ void expect_identical_completions(const Completion& got, const Completion& want)
   }
 }
 
+ScopedEnv::ScopedEnv(const char* name) : name_(name) {
+  const char* v = std::getenv(name);
+  had_ = v != nullptr;
+  if (had_) saved_ = v;
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) {
+    ::setenv(name_.c_str(), saved_.c_str(), 1);
+  } else {
+    ::unsetenv(name_.c_str());
+  }
+}
+
+void ScopedEnv::set(const char* value) const {
+  ::setenv(name_.c_str(), value, 1);
+}
+
+void ScopedEnv::unset() const {
+  ::unsetenv(name_.c_str());
+}
+
 }  // namespace power::testing

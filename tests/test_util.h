@@ -31,6 +31,23 @@ std::vector<int32_t> read_ids(const std::string& path);
 // log-probabilities as floats (bit for bit: the logits they come from were equal).
 void expect_identical_completions(const Completion& got, const Completion& want);
 
+// Restores an environment variable on destruction (set again to its old value, or unset if it
+// was unset), so a test may set() / unset() it freely.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  void set(const char* value) const;
+  void unset() const;
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
 }  // namespace power::testing
 
 #define POWER_REQUIRE_SHARED()                                                      \

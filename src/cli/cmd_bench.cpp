@@ -162,13 +162,14 @@ void run_bench(const BenchOptions& o) {
   }
   if (!o.json) {
     const HugePageUsage hu = process_huge_page_usage();
+    const std::string thp = transparent_huge_page_mode();
     std::printf(
         "packed copies %.1f MB (%.1f MB advised for huge pages; THP %s); huge pages "
         "mapped: anonymous %.1f MB, file %.1f MB\n",
         static_cast<double>(model.repacked().bytes()) / 1e6,
         static_cast<double>(model.repacked().huge_advised_bytes()) / 1e6,
-        transparent_huge_page_mode().empty() ? "absent" : transparent_huge_page_mode().c_str(),
-        static_cast<double>(hu.anon_bytes) / 1e6, static_cast<double>(hu.file_bytes) / 1e6);
+        thp.empty() ? "absent" : thp.c_str(), static_cast<double>(hu.anon_bytes) / 1e6,
+        static_cast<double>(hu.file_bytes) / 1e6);
   }
 }
 

@@ -6,37 +6,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "test_util.h"
 
 namespace power {
 namespace {
 
-class EnvGuard {
- public:
-  explicit EnvGuard(const char* name) : name_(name) {
-    const char* v = std::getenv(name);
-    had_ = v != nullptr;
-    if (had_) saved_ = v;
-  }
-  ~EnvGuard() {
-    if (had_) {
-      setenv(name_, saved_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string saved_;
-};
-
 TEST(HugeRegion, AlignedRoundedZeroedWritable) {
-  EnvGuard env("POWER_HUGEPAGES");
-  unsetenv("POWER_HUGEPAGES");
+  const testing::ScopedEnv env("POWER_HUGEPAGES");
+  env.unset();
   const uint64_t ask = 5 * kHugePageBytes + 100;
   Result<HugeRegion> r = HugeRegion::allocate(ask);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -54,8 +34,8 @@ TEST(HugeRegion, AlignedRoundedZeroedWritable) {
 }
 
 TEST(HugeRegion, KernelBacksAdvisedRegionWithHugePages) {
-  EnvGuard env("POWER_HUGEPAGES");
-  unsetenv("POWER_HUGEPAGES");
+  const testing::ScopedEnv env("POWER_HUGEPAGES");
+  env.unset();
   const std::string mode = transparent_huge_page_mode();
   if (mode != "always" && mode != "madvise") {
     GTEST_SKIP() << "transparent huge pages are '" << mode << "' here: nothing to back";
@@ -74,16 +54,16 @@ TEST(HugeRegion, KernelBacksAdvisedRegionWithHugePages) {
 }
 
 TEST(HugeRegion, SwitchOffSkipsTheAdvice) {
-  EnvGuard env("POWER_HUGEPAGES");
+  const testing::ScopedEnv env("POWER_HUGEPAGES");
   for (const char* off : {"0", "off", "false", "no"}) {
-    ASSERT_EQ(setenv("POWER_HUGEPAGES", off, 1), 0);
+    env.set(off);
     EXPECT_FALSE(huge_pages_enabled()) << off;
     Result<HugeRegion> r = HugeRegion::allocate(kHugePageBytes);
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(r->advised()) << off;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(r->data()) % kHugePageBytes, 0u);
   }
-  ASSERT_EQ(setenv("POWER_HUGEPAGES", "1", 1), 0);
+  env.set("1");
   EXPECT_TRUE(huge_pages_enabled());
 }
 

@@ -4,11 +4,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "test_util.h"
 
 namespace power {
 namespace {
@@ -80,22 +80,16 @@ TEST(ThreadPool, ManyRoundsSum) {
 // Spin time: 200 us unless POWER_SPIN_US says otherwise (a malformed value keeps the default);
 // an explicit constructor argument wins over both.
 TEST(ThreadPool, SpinTimeFromEnvironment) {
-  const char* old = std::getenv("POWER_SPIN_US");
-  const std::string saved = old != nullptr ? old : "";
-  ::unsetenv("POWER_SPIN_US");
+  const testing::ScopedEnv env("POWER_SPIN_US");
+  env.unset();
   EXPECT_EQ(ThreadPool(2).spin_us(), 200);
-  ::setenv("POWER_SPIN_US", "0", 1);
+  env.set("0");
   EXPECT_EQ(ThreadPool(2).spin_us(), 0);
-  ::setenv("POWER_SPIN_US", "35", 1);
+  env.set("35");
   EXPECT_EQ(ThreadPool(2).spin_us(), 35);
   EXPECT_EQ(ThreadPool(2, 7).spin_us(), 7);
-  ::setenv("POWER_SPIN_US", "fast", 1);
+  env.set("fast");
   EXPECT_EQ(ThreadPool(2).spin_us(), 200);
-  if (old != nullptr) {
-    ::setenv("POWER_SPIN_US", saved.c_str(), 1);
-  } else {
-    ::unsetenv("POWER_SPIN_US");
-  }
 }
 
 // Three spinning pools driven at once from three threads (more pool threads awake than cores on

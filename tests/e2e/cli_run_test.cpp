@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -250,16 +249,11 @@ TEST_F(CliRunTest, BenchReportsHugePageBackedWeights) {
     EXPECT_NE(brace, std::string::npos) << b.out;
     return nlohmann::json::parse(b.out.substr(brace == std::string::npos ? 0 : brace));
   };
-  const char* saved = std::getenv("POWER_HUGEPAGES");
-  unsetenv("POWER_HUGEPAGES");
+  const testing::ScopedEnv env("POWER_HUGEPAGES");
+  env.unset();
   const nlohmann::json on = bench();
-  setenv("POWER_HUGEPAGES", "0", 1);
+  env.set("0");
   const nlohmann::json off = bench();
-  if (saved) {
-    setenv("POWER_HUGEPAGES", saved, 1);
-  } else {
-    unsetenv("POWER_HUGEPAGES");
-  }
   const int64_t packed = on["packed_bytes"].get<int64_t>();
   // 12 layers x (4 x 768 x 768 + 3 x 768 x 2048) weights at 18 bytes per 32.
   EXPECT_EQ(packed, int64_t{12} * (4 * 768 * 768 + 3 * 768 * 2048) / 32 * 18);

@@ -8,7 +8,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
+#include "test_util.h"
 
 namespace power {
 namespace {
@@ -324,21 +324,15 @@ TEST_P(RepackTest, EnvironmentSwitchDisablesRepacking) {
   ASSERT_TRUE(set_cpu_isa_for_testing(simd_isas_here().front()));
   std::mt19937 rng(17);
   Weights w = make_weights(type, 256, 16, 0, 0, rng);
-  const char* old = std::getenv("POWER_REPACK");
-  const std::string saved = old ? old : "";
+  const testing::ScopedEnv env("POWER_REPACK");
   for (const char* off : {"0", "off", "false", "no"}) {
-    ASSERT_EQ(setenv("POWER_REPACK", off, 1), 0);
+    env.set(off);
     EXPECT_FALSE(matmul_repack_enabled()) << off;
     RepackedWeights packs;
     EXPECT_FALSE(packs.add(w.view)) << off;
   }
-  ASSERT_EQ(setenv("POWER_REPACK", "1", 1), 0);
+  env.set("1");
   EXPECT_TRUE(matmul_repack_enabled());
-  if (old) {
-    setenv("POWER_REPACK", saved.c_str(), 1);
-  } else {
-    unsetenv("POWER_REPACK");
-  }
 }
 
 TEST(RepackTypesTest, OnlyQ4_0Q8_0AndQ4_KHaveALayout) {

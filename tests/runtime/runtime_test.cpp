@@ -39,16 +39,12 @@ TEST(Runtime, WeightsBytesChargeThePackedCopies) {
   ASSERT_GT(q8_matrix_bytes, 0u);
   auto rt = Runtime::create({});
   ASSERT_TRUE(rt.ok());
-  const char* saved = std::getenv("POWER_REPACK");
-  const std::string saved_value = saved ? saved : "";
-  setenv("POWER_REPACK", "0", 1);
-  auto plain = (*rt)->load(path, LoadOptions{});
-  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-  EXPECT_EQ(plain->info().weights_bytes, file_bytes);
-  if (saved) {
-    setenv("POWER_REPACK", saved_value.c_str(), 1);
-  } else {
-    unsetenv("POWER_REPACK");
+  {
+    const testing::ScopedEnv env("POWER_REPACK");
+    env.set("0");
+    auto plain = (*rt)->load(path, LoadOptions{});
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    EXPECT_EQ(plain->info().weights_bytes, file_bytes);
   }
   if (!matmul_repack_enabled() || !matmul_repack_supported(GgmlType::Q8_0)) {
     GTEST_SKIP() << "no packed Q8_0 kernel on this ISA / POWER_REPACK off";

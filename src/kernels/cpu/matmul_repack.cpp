@@ -152,6 +152,12 @@ int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
     }
     return n;
   };
+  // This owner takes a share of a registered copy (under the registry's lock).
+  auto adopt = [&](Entry& e, const void* key) {
+    ++e.owners;
+    keys_.push_back(key);
+    bytes_ += e.packed->bytes();
+  };
   // Views this owner holds already, or another owner packed: shared. The rest are packed here.
   std::vector<const TensorView*> todo;
   {
@@ -161,10 +167,7 @@ int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
       if (std::find(keys_.begin(), keys_.end(), w.data) != keys_.end()) continue;
       auto it = reg.entries.find(w.data);
       if (it != reg.entries.end()) {
-        if (!same_view(*it->second.packed, w)) continue;  // another view of these bytes
-        ++it->second.owners;
-        keys_.push_back(w.data);
-        bytes_ += it->second.packed->bytes();
+        if (same_view(*it->second.packed, w)) adopt(it->second, w.data);  // else: another view
         continue;
       }
       bool dup = false;  // the same view twice in `ws`
@@ -206,9 +209,7 @@ int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
     } else if (!same_view(*it->second.packed, w)) {
       continue;
     }
-    ++it->second.owners;
-    keys_.push_back(w.data);
-    bytes_ += it->second.packed->bytes();
+    adopt(it->second, w.data);
   }
   return served();
 }
