@@ -192,11 +192,21 @@ struct GenerateRequest {
   int32_t top_logprobs = -1;     // -1: no logprobs; 0..20: the chosen token's and N alternatives
   std::string tools_json;        // OpenAI `tools` array as JSON text; "" for none
   std::string tool_choice_json;  // "none" | "auto" | "required" | {"type":"function",...}; "": auto
+  // false: at most one tool call in the reply (the first one the model writes is kept).
+  bool parallel_tool_calls = true;
+  // Extra variables for the chat template, as a JSON object ("" for none): e.g.
+  // {"reasoning_effort": "low"} or {"enable_thinking": false} for templates that read them.
+  std::string template_kwargs_json;
 
   Priority priority = Priority::kNormal;
   int replica = -1;  // which session replica runs it; -1: the least loaded
   // Speculative decoding for this request; unset: the model's LoadOptions::speculative.
   std::optional<SpeculativeOptions> speculative;
+  // Predicted output (OpenAI's `prediction`): text the reply is expected to repeat largely,
+  // e.g. a file being edited. It becomes a speculative draft source: the model verifies
+  // stretches of it in one pass, so the output is exactly what it would be without it, only
+  // sooner. "" for none. Does not apply to structured output (response_format, forced tools).
+  std::string prediction;
   std::optional<std::chrono::steady_clock::time_point> deadline;
 
   // Receipts and acceptance (docs/RECEIPTS.md): want_receipt asks for a signed receipt in

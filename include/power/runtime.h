@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,17 @@ class ModelHandle {
   const ModelInfo& info() const;
   // Tokenizes text with this model's tokenizer (BOS per add_bos).
   std::vector<int32_t> tokenize(std::string_view text, bool add_bos) const;
+  // The text of `ids` (kInvalidArgument for an id outside the vocabulary); special tokens are
+  // rendered when render_special is true.
+  Result<std::string> detokenize(std::span<const int32_t> ids, bool render_special) const;
+  // One token's bytes, as llama.cpp's token_to_piece ("" for an id outside the vocabulary).
+  std::string token_piece(int32_t id) const;
+  // The chat template's source text (the file's, or ChatML when it has none); loaded on first
+  // use. An error when the file's template does not parse.
+  Result<std::string> chat_template_source() const;
+  // The model file's metadata as JSON (key -> value; arrays longer than max_array_items are
+  // left out: the tokenizer's vocabulary, merges and scores).
+  std::string metadata_json(size_t max_array_items) const;
   RuntimeStats stats() const;
 
  private:

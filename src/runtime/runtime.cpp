@@ -351,6 +351,64 @@ std::vector<int32_t> ModelHandle::tokenize(std::string_view text, bool add_bos) 
   return slots_.front()->tokenizer->encode(text, eo);
 }
 
+Result<std::string> ModelHandle::detokenize(std::span<const int32_t> ids,
+                                            bool render_special) const {
+  const text::Tokenizer& tok = *slots_.front()->tokenizer;
+  for (int32_t id : ids) {
+    if (!tok.is_valid(id)) {
+      return Status(StatusCode::kInvalidArgument, "token id out of range")
+          .with("token", id)
+          .with("n_vocab", tok.n_tokens());
+    }
+  }
+  text::DecodeOptions o;
+  o.render_special = render_special;
+  return tok.decode(ids, o);
+}
+
+std::string ModelHandle::token_piece(int32_t id) const {
+  const text::Tokenizer& tok = *slots_.front()->tokenizer;
+  if (!tok.is_valid(id)) return {};
+  return tok.token_to_piece(id, /*render_special=*/true);
+}
+
+Result<std::string> ModelHandle::chat_template_source() const {
+  ModelSlot& m = *slots_.front();
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (!m.chat) {
+    POWER_ASSIGN_OR_RETURN(chat::ChatTemplate t, load_chat_template(*m.file));
+    m.chat.emplace(std::move(t));
+  }
+  return std::string(m.chat->source());
+}
+
+namespace {
+
+nlohmann::json gguf_value_json(const GgufValue& v, size_t max_array_items) {
+  if (const auto* a = v.as_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const GgufValue& x : *a) out.push_back(gguf_value_json(x, max_array_items));
+    return out;
+  }
+  if (const auto* str = v.as_string()) return *str;
+  if (v.type == GgufValueType::kBool) return v.as_bool().value_or(false);
+  if (v.is_float()) return v.as_f64().value_or(0.0);
+  if (auto u = v.as_u64()) return *u;
+  if (auto i = v.as_i64()) return *i;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ModelHandle::metadata_json(size_t max_array_items) const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const GgufKeyValue& kv : slots_.front()->file->metadata()) {
+    if (const auto* a = kv.value.as_array(); a != nullptr && a->size() > max_array_items) continue;
+    out[kv.key] = gguf_value_json(kv.value, max_array_items);
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 RuntimeStats ModelHandle::stats() const {
   RuntimeStats s;
   for (const auto& slot : slots_) {
@@ -774,6 +832,12 @@ Result<std::vector<int32_t>> prompt_tokens(ModelSlot& m, const GenerateRequest& 
     chat::ChatRenderOptions ro;
     ro.add_generation_prompt = true;
     POWER_RETURN_IF_ERROR(runtime::add_tools(req, ro));
+    if (!req.template_kwargs_json.empty()) {
+      ro.extra_context = nlohmann::ordered_json::parse(req.template_kwargs_json, nullptr, false);
+      if (!ro.extra_context.is_object()) {
+        return Status(StatusCode::kInvalidArgument, "template_kwargs_json must be a JSON object");
+      }
+    }
     POWER_ASSIGN_OR_RETURN(text, m.chat->render(messages, ro));
     // Templates that print the BOS token themselves must not get a second one.
     const text::Tokenizer& tok = *m.tokenizer;
@@ -989,6 +1053,22 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
   if (request.speculative) {
     POWER_ASSIGN_OR_RETURN(spec_cfg, runtime::to_spec_config(*request.speculative));
   }
+  std::vector<int32_t> prediction;
+  if (!request.prediction.empty()) {
+    // A predicted output drafts through the n-gram path: off and auto become ngram, a model
+    // drafter asked for by name cannot take it.
+    if (spec_cfg.mode == spec::Mode::kDraft || spec_cfg.mode == spec::Mode::kMtp) {
+      return Status(StatusCode::kInvalidArgument,
+                    "a prediction drafts in the ngram speculative mode, not with a draft model "
+                    "or MTP heads")
+          .with("mode", spec::mode_name(spec_cfg.mode));
+    }
+    spec_cfg.mode = spec::Mode::kNgram;
+    text::EncodeOptions eo;
+    eo.add_special = false;
+    eo.parse_special = false;
+    prediction = m.tokenizer->encode(request.prediction, eo);
+  }
   POWER_ASSIGN_OR_RETURN(
       spec::Mode spec_mode,
       runtime::resolve_mode(spec_cfg.mode, m.draft_model != nullptr, m.mtp != nullptr, *m.file));
@@ -1044,6 +1124,7 @@ Result<RequestHandle> Runtime::submit(const ModelHandle& handle, GenerateRequest
     r->spec = std::make_unique<runtime::SpecSequence>(spec_cfg, std::move(drafter),
                                                       &r->result.speculative, &m.spec_totals,
                                                       std::move(mtp_drafter));
+    if (!prediction.empty()) r->spec->set_prediction(std::move(prediction), prompt.size());
   }
   RequestHandle h;
   h.state_ = r;

@@ -71,7 +71,12 @@ SpecSequence::SpecSequence(const spec::Config& config,
 int SpecSequence::draft(std::span<const int32_t> tokens, int max_k, std::vector<int32_t>& out) {
   const int k = std::min(max_k, k_.take());
   if (k <= 0) return 0;
-  if (!model_ && !mtp_) return ngram_.draft(tokens, k, out);
+  if (!model_ && !mtp_) {
+    if (!prediction_.empty()) {
+      if (int n = draft_from_prediction(tokens, k, out); n > 0) return n;
+    }
+    return ngram_.draft(tokens, k, out);
+  }
   if (!error_.ok()) return 0;
   Result<int> n = model_ ? model_->draft(tokens, k, out) : mtp_->draft(tokens, k, out);
   if (!n.ok()) {
@@ -79,6 +84,55 @@ int SpecSequence::draft(std::span<const int32_t> tokens, int max_k, std::vector<
     return 0;
   }
   return *n;
+}
+
+void SpecSequence::set_prediction(std::vector<int32_t> prediction, size_t n_prompt) {
+  prediction_ = std::move(prediction);
+  n_prompt_ = n_prompt;
+  prediction_cursor_ = 0;
+}
+
+int SpecSequence::draft_from_prediction(std::span<const int32_t> tokens, int k,
+                                        std::vector<int32_t>& out) {
+  const size_t np = prediction_.size();
+  if (tokens.size() < n_prompt_) return 0;
+  const auto generated = tokens.subspan(n_prompt_);
+  // Still on the prediction: its next tokens.
+  if (generated.size() < np &&
+      std::equal(generated.begin(), generated.end(), prediction_.begin())) {
+    const size_t take = std::min<size_t>(static_cast<size_t>(k), np - generated.size());
+    out.insert(out.end(), prediction_.begin() + static_cast<std::ptrdiff_t>(generated.size()),
+               prediction_.begin() + static_cast<std::ptrdiff_t>(generated.size() + take));
+    prediction_cursor_ = generated.size() + take;
+    return static_cast<int>(take);
+  }
+  // Departed from it (an edit): find the output's last tokens in the prediction, longest
+  // match first, preferring a place at or after the previous match, and go on from there.
+  if (generated.empty()) return 0;
+  const size_t max_len = std::min<size_t>(static_cast<size_t>(cfg_.ngram_max), generated.size());
+  const size_t min_len = std::max<size_t>(1, static_cast<size_t>(cfg_.ngram_min));
+  for (size_t len = max_len; len >= min_len && len > 0; --len) {
+    const auto suffix = generated.subspan(generated.size() - len);
+    size_t found = np;
+    for (size_t pass = 0; pass < 2 && found == np; ++pass) {
+      const size_t from = pass == 0 ? prediction_cursor_ : 0;
+      for (size_t i = from; i + len < np; ++i) {  // something must follow the match
+        if (std::equal(suffix.begin(), suffix.end(),
+                       prediction_.begin() + static_cast<std::ptrdiff_t>(i))) {
+          found = i;
+          break;
+        }
+      }
+    }
+    if (found == np) continue;
+    const size_t start = found + len;
+    const size_t take = std::min<size_t>(static_cast<size_t>(k), np - start);
+    out.insert(out.end(), prediction_.begin() + static_cast<std::ptrdiff_t>(start),
+               prediction_.begin() + static_cast<std::ptrdiff_t>(start + take));
+    prediction_cursor_ = start + take;
+    return static_cast<int>(take);
+  }
+  return 0;
 }
 
 void SpecSequence::verified(int drafted, int accepted) {

@@ -60,6 +60,11 @@ class SpecSequence : public DraftSource {
   bool wants_hidden() const override { return mtp_ != nullptr; }
   void observe_hidden(int64_t pos0, const float* rows, int64_t n_rows) override;
   int current_k() const { return k_.next(); }
+  // Predicted output (GenerateRequest::prediction, tokenized): drafts come from it first,
+  // aligned with what has been generated after the prompt's n_prompt tokens (or, once the
+  // output departs from it, from where the output's last tokens occur in it); the n-gram
+  // lookup over the sequence fills in when it has nothing. N-gram mode only.
+  void set_prediction(std::vector<int32_t> prediction, size_t n_prompt);
   // The draft model's error, if one happened (drafting then stops for this sequence).
   const Status& error() const { return error_; }
 
@@ -68,6 +73,10 @@ class SpecSequence : public DraftSource {
   spec::NgramDrafter ngram_;
   std::unique_ptr<spec::DraftModelDrafter> model_;
   std::unique_ptr<spec::MtpDrafter> mtp_;
+  int draft_from_prediction(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out);
+  std::vector<int32_t> prediction_;
+  size_t n_prompt_ = 0;
+  size_t prediction_cursor_ = 0;  // where the last match in the prediction ended
   spec::AdaptiveK k_;
   SpeculativeUsage* usage_;
   SpecCounters* totals_;

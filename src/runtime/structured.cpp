@@ -184,6 +184,7 @@ Result<StructuredState> setup_structured(const GenerateRequest& req,
         chat->tool_use_variant() != nullptr ? chat->tool_use_variant() : chat;
     st.tool_format = chat::tool_call_format_for_template(tmpl->source());
     st.parse_tool_calls = true;
+    st.single_tool_call = !req.parallel_tool_calls;
     if (choice == "required" || choice == "function") {
       if (g) {
         return bad_field("response_format",
@@ -232,6 +233,7 @@ void finish_structured(const StructuredState& st, Completion& c) {
     parse = chat::parse_tool_calls("functools" + *text, chat::ToolCallFormat::kFireFunction);
   }
   if (parse.calls.empty()) return;
+  if (st.single_tool_call) parse.calls.resize(1);
   for (size_t i = 0; i < parse.calls.size(); ++i) {
     chat::ParsedToolCall& p = parse.calls[i];
     c.tool_calls.push_back(

@@ -24,6 +24,7 @@ struct StructuredState {
   chat::ToolCallFormat tool_format = chat::ToolCallFormat::kAuto;
   bool parse_tool_calls = false;  // tools given and tool_choice is not "none"
   bool forced_tool_call = false;  // tool_choice "required" or a named function
+  bool single_tool_call = false;  // parallel_tool_calls false: the first call only
   bool active = false;            // a grammar or logprobs: no speculative decoding
 };
 
