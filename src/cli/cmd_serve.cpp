@@ -9,6 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "server/cors.h"
 #include "server/server.h"
 
 namespace power::cli {
@@ -33,6 +34,11 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   for (const auto& m : a.models) o.models.push_back(m);
   for (const auto& l : a.opts.model_libs) o.model_libs.push_back(l);
   if (given("--api-key-file")) o.api_key_file = a.opts.api_key_file;
+  for (const auto& origin : a.opts.cors_origins) {
+    Status st = server::validate_cors_origin(origin);
+    if (!st.ok()) return report_error(st);
+  }
+  if (given("--cors-origin")) o.cors_origins = a.opts.cors_origins;
   if (given("--tls-cert")) o.tls_cert = a.opts.tls_cert;
   if (given("--tls-key")) o.tls_key = a.opts.tls_key;
   if (given("--max-body-bytes")) o.max_body_bytes = a.opts.max_body_bytes;
@@ -114,6 +120,8 @@ void add_serve_commands(CLI::App& app) {
                   "Model plugin (.so) whose architectures to serve (repeatable; docs/SDK.md)");
   cmd->add_option("--api-key-file", o.api_key_file,
                   "Bearer keys, one per line (or sha256:<hex>); /health stays open");
+  cmd->add_option("--cors-origin", o.cors_origins,
+                  "Origin browsers may call from (repeat; '*': any; default: localhost origins)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")

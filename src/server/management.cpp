@@ -78,9 +78,14 @@ Result<store::StoreLayout> open_store(const ServerOptions& opts) {
 void register_management_routes(httplib::Server& s, ManagementContext ctx) {
   s.Post("/api/load", [ctx](const httplib::Request& req, httplib::Response& res) {
     json body;
-    if (auto e = parse_management_body(req, {"model"}, &body)) return ctx.send_error(res, *e);
+    if (auto e = parse_management_body(req, {"model", "name"}, &body)) {
+      return ctx.send_error(res, *e);
+    }
     std::string model;
-    if (auto e = required_string(body, "model", &model)) return ctx.send_error(res, *e);
+    // Ollama's clients send {"name"} (older) or {"model"}.
+    if (auto e = required_string(body, body.contains("model") ? "model" : "name", &model)) {
+      return ctx.send_error(res, *e);
+    }
     auto loaded = ctx.registry.load(model);
     if (!loaded.ok()) return ctx.send_error(res, error_from_status(loaded.status()));
     res.set_content(to_wire(loaded_json(**loaded)), "application/json");
@@ -114,13 +119,37 @@ void register_management_routes(httplib::Server& s, ManagementContext ctx) {
 
   s.Post("/api/pull", [ctx](const httplib::Request& req, httplib::Response& res) {
     json body;
-    if (auto e = parse_management_body(req, {"source", "name", "sha256", "size_bytes", "stream"},
-                                       &body)) {
+    if (auto e = parse_management_body(
+            req, {"source", "name", "model", "sha256", "size_bytes", "stream", "insecure"},
+            &body)) {
       return ctx.send_error(res, *e);
     }
     store::PullRequest pr;
     store::PartRequest part;
-    if (auto e = required_string(body, "source", &part.source)) return ctx.send_error(res, *e);
+    // Ollama's shape: {"model" | "name", "insecure", "stream"}, the name being what to pull
+    // (a source: URL, hf://, path); progress as NDJSON lines in Ollama's form.
+    const bool ollama = !body.contains("source");
+    if (ollama) {
+      if (auto it = body.find("insecure"); it != body.end() && !it->is_null()) {
+        if (!it->is_boolean() || it->get<bool>()) {
+          return ctx.send_error(res, bad_request("'insecure' can only be false: every pull is "
+                                                 "verified by its SHA-256",
+                                                 "insecure", "unsupported_value"));
+        }
+      }
+      if (auto e = required_string(body, body.contains("model") ? "model" : "name", &part.source)) {
+        return ctx.send_error(res, *e);
+      }
+      body.erase("name");
+      body.erase("model");
+    } else {
+      if (body.contains("model") || body.contains("insecure")) {
+        return ctx.send_error(res, bad_request("'source' pulls take 'name' for the store name, "
+                                               "not 'model' or 'insecure'",
+                                               body.contains("model") ? "model" : "insecure"));
+      }
+      if (auto e = required_string(body, "source", &part.source)) return ctx.send_error(res, *e);
+    }
     if (auto it = body.find("sha256"); it != body.end() && !it->is_null()) {
       auto d = it->is_string() ? store::parse_digest(it->get<std::string>())
                                : Result<Sha256Digest>(Status(StatusCode::kInvalidArgument, ""));
@@ -165,8 +194,62 @@ void register_management_routes(httplib::Server& s, ManagementContext ctx) {
       store::PullOptions po;
       po.config = *config;
       auto m = store::pull(*layout, pr, po);
-      if (!m.ok()) return ctx.send_error(res, error_from_status(m.status()));
-      res.set_content(to_wire(final_json(m)), "application/json");
+      if (!m.ok()) {
+        if (ollama) {
+          res.status = m.status().code() == StatusCode::kNotFound ? 404 : 400;
+          res.set_content(to_wire(json{{"error", error_from_status(m.status()).message}}),
+                          "application/json");
+          return;
+        }
+        return ctx.send_error(res, error_from_status(m.status()));
+      }
+      res.set_content(to_wire(ollama ? json{{"status", "success"}} : final_json(m)),
+                      "application/json");
+      return;
+    }
+    if (ollama) {
+      auto layout_copy = std::make_shared<store::StoreLayout>(*layout);
+      auto cfg = std::make_shared<store::StoreConfig>(*config);
+      auto request = std::make_shared<store::PullRequest>(std::move(pr));
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "application/x-ndjson", [layout_copy, cfg, request](size_t, httplib::DataSink& sink) {
+            std::atomic<bool> cancel{false};
+            auto send = [&](const json& j) {
+              const std::string line = to_wire(j) + "\n";
+              if (!cancel && !sink.write(line.data(), line.size())) cancel = true;
+              return !cancel;
+            };
+            store::PullOptions po;
+            po.config = *cfg;
+            po.cancel = &cancel;
+            // Ollama's progress lines: "pulling <digest>" with total/completed while bytes
+            // move, then the step names.
+            po.progress = [&](const store::PullProgress& p) {
+              json j;
+              if (p.status == "downloading" || p.status == "exists") {
+                const std::string d = p.digest.empty() ? p.file : p.digest;
+                j = {{"status", "pulling " + d}, {"digest", d}};
+                if (p.total_bytes > 0) j["total"] = p.total_bytes;
+                j["completed"] = p.status == "exists" ? p.total_bytes : p.completed_bytes;
+              } else if (p.status == "verifying") {
+                j = {{"status", "verifying sha256 digest"}};
+              } else if (p.status == "writing manifest") {
+                j = {{"status", "writing manifest"}};
+              } else if (p.status == "resolving") {
+                j = {{"status", "pulling manifest"}};
+              } else {
+                return;  // success / error: the final line below
+              }
+              send(j);
+            };
+            auto m = store::pull(*layout_copy, *request, po);
+            json last = m.ok() ? json{{"status", "success"}}
+                               : json{{"error", error_from_status(m.status()).message}};
+            if (!send(last)) return false;
+            sink.done();
+            return true;
+          });
       return;
     }
     auto layout_copy = std::make_shared<store::StoreLayout>(*layout);

@@ -131,8 +131,44 @@ std::optional<ApiError> read_bool(const json& v, const std::string& name, bool* 
 }
 
 std::optional<ApiError> unsupported(const std::string& name) {
-  return bad_request(fmt::format("unsupported field '{}': Power does not implement it", name), name,
+  return bad_request(fmt::format("unknown field '{}'", name), name, "unknown_field");
+}
+
+// A field OpenAI defines that Power cannot honour, with the reason (docs/SERVER.md lists them).
+std::optional<ApiError> refused(const std::string& name, std::string_view reason) {
+  return bad_request(fmt::format("'{}' is not supported: {}", name, reason), name,
                      "unsupported_field");
+}
+
+// Checks that `v` is an object whose keys are all in `known` (a nested unknown key is refused
+// like a top-level one).
+std::optional<ApiError> known_keys(const json& v, const std::string& name,
+                                   std::initializer_list<std::string_view> known) {
+  if (!v.is_object()) return bad_request(fmt::format("'{}' must be an object", name), name);
+  for (const auto& [key, value] : v.items()) {
+    bool ok = false;
+    for (std::string_view k : known) ok = ok || k == key;
+    if (!ok) return unsupported(name + "." + key);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_string(const json& v, const std::string& name, std::string* out) {
+  if (!v.is_string()) return bad_request(fmt::format("'{}' must be a string", name), name);
+  *out = v.get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_enum(const json& v, const std::string& name,
+                                  std::initializer_list<std::string_view> values,
+                                  std::string* out) {
+  if (auto e = read_string(v, name, out)) return e;
+  for (std::string_view x : values) {
+    if (x == *out) return std::nullopt;
+  }
+  std::string list;
+  for (std::string_view x : values) list += (list.empty() ? "" : ", ") + std::string(x);
+  return bad_request(fmt::format("'{}' must be one of {}", name, list), name);
 }
 
 struct MapContext {
@@ -143,6 +179,8 @@ struct MapContext {
   bool max_tokens_given = false;
   bool stream_options_given = false;
   bool input_given = false;
+  bool best_of_given = false;
+  int64_t best_of = 1;
   int top_logprobs = -1;  // top_logprobs as given (applied after the loop: needs logprobs)
 };
 
@@ -163,11 +201,77 @@ void add_identity_fields(FieldTable& t) {
     c.out.user = v.get<std::string>();
     return std::nullopt;
   };
-  t["n"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+  t["n"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     int64_t n = 0;
     if (auto e = read_integer(v, "n", 1, 128, &n)) return e;
-    if (n != 1) return bad_request("only n=1 is supported", "n", "unsupported_value");
+    c.out.n = static_cast<int>(n);
     return std::nullopt;
+  };
+  // Bookkeeping OpenAI stores with a request; Power keeps nothing (docs/SERVER.md), so these
+  // are checked for shape and otherwise have no effect.
+  t["metadata"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    if (!v.is_object()) return bad_request("'metadata' must be an object", "metadata");
+    if (v.size() > 16) return bad_request("'metadata' takes at most 16 keys", "metadata");
+    for (const auto& [key, value] : v.items()) {
+      if (key.size() > 64 || !value.is_string() || value.get<std::string>().size() > 512) {
+        return bad_request(
+            "'metadata' maps keys of at most 64 characters to strings of at most "
+            "512",
+            "metadata." + key);
+      }
+    }
+    return std::nullopt;
+  };
+  t["store"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    bool b = false;
+    return read_bool(v, "store", &b);  // Power stores no completions either way
+  };
+  t["safety_identifier"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    // Like user: recorded in the access log.
+    std::string id;
+    if (auto e = read_string(v, "safety_identifier", &id)) return e;
+    if (c.out.user.empty()) c.out.user = id;
+    return std::nullopt;
+  };
+  // service_tier maps onto the scheduler's priorities: priority -> high, flex -> low,
+  // auto / default -> normal. "scale" (reserved capacity) has no meaning on one server.
+  t["service_tier"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    std::string tier;
+    if (auto e =
+            read_enum(v, "service_tier", {"auto", "default", "flex", "priority", "scale"}, &tier)) {
+      return e;
+    }
+    if (tier == "scale") {
+      return refused("service_tier",
+                     "'scale' buys reserved capacity at OpenAI; use auto, "
+                     "default, flex (low priority) or priority");
+    }
+    c.out.request.priority = tier == "priority" ? Priority::kHigh
+                             : tier == "flex"   ? Priority::kLow
+                                                : Priority::kNormal;
+    c.out.service_tier = tier == "auto" ? "default" : tier;
+    return std::nullopt;
+  };
+  // Prompt caching is automatic (the prefix cache, in memory); a key is a routing hint for a
+  // balancer in front of several servers and changes nothing here.
+  t["prompt_cache_key"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    std::string key;
+    return read_string(v, "prompt_cache_key", &key);
+  };
+  t["prompt_cache_retention"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    std::string r;
+    if (auto e = read_enum(v, "prompt_cache_retention", {"in_memory", "24h"}, &r)) return e;
+    if (r == "24h") {
+      return refused("prompt_cache_retention",
+                     "the prefix cache lives in memory only ('in_memory'), nothing is kept "
+                     "on disk for 24h");
+    }
+    return std::nullopt;
+  };
+  t["prompt_cache_options"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    return refused("prompt_cache_options",
+                   "the prefix cache places no explicit breakpoints; every full KV block of a "
+                   "prompt is cached automatically");
   };
 }
 
@@ -186,21 +290,30 @@ std::optional<ApiError> read_message_content(const json& v, const std::string& n
     const json& part = v[j];
     std::string pname = fmt::format("{}[{}]", name, j);
     if (!part.is_object()) return bad_request(fmt::format("'{}' must be an object", pname), pname);
-    for (const auto& [key, value] : part.items()) {
-      if (key != "type" && key != "text") return unsupported(pname + "." + key);
-    }
     auto type = part.find("type");
     if (type == part.end() || !type->is_string()) {
       return bad_request(fmt::format("'{}.type' must be a string", pname), pname + ".type");
     }
-    if (*type != "text") {
-      return bad_request(fmt::format("content part type '{}' is not supported (only 'text')",
-                                     type->get<std::string>()),
+    const std::string t = type->get<std::string>();
+    if (t == "image_url" || t == "input_audio" || t == "file") {
+      return bad_request(fmt::format("content part type '{}' is not supported: the language "
+                                     "models Power serves take text (images and audio go to "
+                                     "/v1/ocr, /v1/classify and /v1/audio/vad)",
+                                     t),
                          pname + ".type", "unsupported_value");
     }
-    auto text = part.find("text");
+    if (t != "text" && t != "refusal") {
+      return bad_request(fmt::format("'{}.type' must be text (or refusal), not '{}'", pname, t),
+                         pname + ".type");
+    }
+    const char* field = t == "text" ? "text" : "refusal";
+    for (const auto& [key, value] : part.items()) {
+      if (key != "type" && key != field) return unsupported(pname + "." + key);
+    }
+    auto text = part.find(field);
     if (text == part.end() || !text->is_string()) {
-      return bad_request(fmt::format("'{}.text' must be a string", pname), pname + ".text");
+      return bad_request(fmt::format("'{}.{}' must be a string", pname, field),
+                         pname + "." + field);
     }
     *out += text->get<std::string>();
   }
@@ -243,7 +356,20 @@ void add_chat_input_fields(FieldTable& t) {
                                name + ".tool_calls");
           }
           msg.tool_calls_json = value.dump();
-          has_content = true;  // content may be null when the turn is only calls
+          has_content = true;           // content may be null when the turn is only calls
+        } else if (key == "refusal") {  // an earlier assistant turn that refused
+          if (value.is_null()) continue;
+          std::string refusal;
+          if (auto e = read_string(value, name + ".refusal", &refusal)) return e;
+          if (msg.content.empty()) msg.content = refusal;
+          has_content = true;
+        } else if (key == "audio") {
+          return refused(name + ".audio",
+                         "Power generates no audio, so no earlier audio reply "
+                         "can be referenced");
+        } else if (key == "function_call") {
+          return refused(name + ".function_call",
+                         "the deprecated function-calling form; send the call in 'tool_calls'");
         } else if (key == "tool_call_id" || key == "name") {
           if (!value.is_string()) {
             return bad_request(fmt::format("'{}.{}' must be a string", name, key),
@@ -279,29 +405,53 @@ std::optional<ApiError> read_token_ids(const json& v, const std::string& name,
 }
 
 void add_completion_input_fields(FieldTable& t) {
+  // A string, an array of token ids, or an array of prompts (strings or token arrays): one
+  // choice per prompt (n each).
   t["prompt"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
-    // A string, or one prompt as [string], [token ids] or [[token ids]]; batches (n > 1
-    // prompts) would need n choices and are rejected like n > 1.
-    const json* p = &v;
-    if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
-      p = &(*p)[0];
-    }
-    if (p->is_string()) {
-      c.out.request.prompt = p->get<std::string>();
-    } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
-      if (auto e = read_token_ids(*p, "prompt", c.info, &c.out.request.prompt_tokens)) return e;
-    } else if (p->is_array() && p->size() > 1 && (*p)[0].is_string()) {
-      return bad_request("only one prompt per request is supported", "prompt", "unsupported_value");
-    } else {
-      return bad_request(
-          "'prompt' must be a string, an array of token ids, or an array holding one of those",
-          "prompt");
-    }
-    if (c.out.request.prompt.empty() && c.out.request.prompt_tokens.empty()) {
+    auto one = [&](const json& p, const std::string& name) -> std::optional<ApiError> {
+      PromptInput in;
+      if (p.is_string()) {
+        in.text = p.get<std::string>();
+        if (in.text.empty()) return bad_request(fmt::format("'{}' must not be empty", name), name);
+      } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+        if (auto e = read_token_ids(p, name, c.info, &in.tokens)) return e;
+      } else {
+        return bad_request(
+            fmt::format("'{}' must be a non-empty string or array of token ids", name), name);
+      }
+      c.out.prompts.push_back(std::move(in));
+      return std::nullopt;
+    };
+    c.out.prompts.clear();
+    if (v.is_array() && !v.empty() && !v[0].is_number()) {
+      if (v.size() > 128) return bad_request("'prompt' takes at most 128 prompts", "prompt");
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (auto e = one(v[i], fmt::format("prompt[{}]", i))) return e;
+      }
+    } else if (v.is_array() && v.empty()) {
       return bad_request("'prompt' must not be empty", "prompt");
+    } else if (auto e = one(v, "prompt")) {
+      return e;
     }
+    c.out.request.prompt = c.out.prompts[0].text;
+    c.out.request.prompt_tokens = c.out.prompts[0].tokens;
     c.input_given = true;
     return std::nullopt;
+  };
+  t["echo"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_bool(v, "echo", &c.out.echo);
+  };
+  t["best_of"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (auto e = read_integer(v, "best_of", 1, 128, &c.best_of)) return e;
+    c.best_of_given = true;
+    return std::nullopt;
+  };
+  t["suffix"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    if (!v.is_string()) return bad_request("'suffix' must be a string", "suffix");
+    if (v.get<std::string>().empty()) return std::nullopt;  // no suffix: nothing to insert
+    return refused("suffix",
+                   "fill-in-the-middle (text after the insertion point) needs the "
+                   "model's FIM prompt format, which Power does not build");
   };
 }
 
@@ -314,6 +464,7 @@ void add_length_fields(FieldTable& t, bool chat) {
       if (auto e = read_integer(v, name, 1, std::numeric_limits<int32_t>::max(), &n)) return e;
       c.out.request.max_tokens = static_cast<int32_t>(n);
       c.max_tokens_given = true;
+      c.out.max_tokens_given = true;
       return std::nullopt;
     };
   };
@@ -409,11 +560,12 @@ void add_stream_fields(FieldTable& t) {
   t["stream_options"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     if (!v.is_object()) return bad_request("'stream_options' must be an object", "stream_options");
     for (const auto& [key, value] : v.items()) {
-      if (key != "include_usage") return unsupported("stream_options." + key);
-      if (value.is_null()) continue;
-      if (auto e = read_bool(value, "stream_options.include_usage", &c.out.include_usage)) {
-        return e;
+      if (key != "include_usage" && key != "include_obfuscation") {
+        return unsupported("stream_options." + key);
       }
+      if (value.is_null()) continue;
+      bool* out = key == "include_usage" ? &c.out.include_usage : &c.out.include_obfuscation;
+      if (auto e = read_bool(value, "stream_options." + key, out)) return e;
     }
     c.stream_options_given = true;
     return std::nullopt;
@@ -429,7 +581,12 @@ void add_grammar_fields(FieldTable& t) {
     if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) {
       return bad_request("'response_format' must be an object with a string 'type'", f);
     }
+    if (auto e = known_keys(v, f, {"type", "json_schema"})) return e;
     const std::string type = v["type"].get<std::string>();
+    if (type != "json_schema" && v.contains("json_schema")) {
+      return bad_request("'response_format.json_schema' goes with type json_schema",
+                         f + ".json_schema");
+    }
     ResponseFormat& rf = c.out.request.response_format;
     if (type == "text") {
       rf.type = ResponseFormat::Type::kText;
@@ -472,6 +629,17 @@ void add_grammar_fields(FieldTable& t) {
     c.out.request.tool_choice_json = v.dump();
     return std::nullopt;
   };
+  t["parallel_tool_calls"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_bool(v, "parallel_tool_calls", &c.out.request.parallel_tool_calls);
+  };
+  t["functions"] = [](const json&, MapContext&) -> std::optional<ApiError> {
+    return refused("functions",
+                   "the deprecated form of 'tools'; send "
+                   "tools: [{type: 'function', function: {...}}]");
+  };
+  t["function_call"] = [](const json&, MapContext&) -> std::optional<ApiError> {
+    return refused("function_call", "the deprecated form of 'tool_choice'; send tool_choice");
+  };
   t["logprobs"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     if (!v.is_boolean()) return bad_request("'logprobs' must be a boolean", "logprobs");
     if (v.get<bool>() && c.out.request.top_logprobs < 0) c.out.request.top_logprobs = 0;
@@ -482,6 +650,56 @@ void add_grammar_fields(FieldTable& t) {
     int64_t n = 0;
     if (auto e = read_integer(v, "top_logprobs", 0, 20, &n)) return e;
     c.top_logprobs = static_cast<int>(n);
+    return std::nullopt;
+  };
+}
+
+// ---- field group: chat output controls ----
+// modalities: text only. reasoning_effort / verbosity: passed to the chat template (the server
+// checks that the model's template reads them). prediction: a speculative draft source.
+// audio, web_search_options, moderation: things Power does not run.
+void add_chat_output_fields(FieldTable& t) {
+  t["modalities"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
+    if (!v.is_array()) return bad_request("'modalities' must be an array", "modalities");
+    for (const auto& m : v) {
+      if (!m.is_string()) return bad_request("'modalities' must hold strings", "modalities");
+      if (m == "audio") {
+        return refused("modalities", "Power generates text only ('audio' cannot be produced)");
+      }
+      if (m != "text") return bad_request("'modalities' entries must be text", "modalities");
+    }
+    return std::nullopt;
+  };
+  t["audio"] = [](const json&, MapContext&) -> std::optional<ApiError> {
+    return refused("audio", "Power generates text only; there is no speech output");
+  };
+  t["web_search_options"] = [](const json&, MapContext&) -> std::optional<ApiError> {
+    return refused("web_search_options",
+                   "Power runs no web search; give the model a search tool through 'tools'");
+  };
+  t["moderation"] = [](const json&, MapContext&) -> std::optional<ApiError> {
+    return refused("moderation", "Power runs no moderation model beside the one requested");
+  };
+  t["reasoning_effort"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_enum(v, "reasoning_effort",
+                     {"none", "minimal", "low", "medium", "high", "xhigh", "max"},
+                     &c.out.reasoning_effort);
+  };
+  t["verbosity"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_enum(v, "verbosity", {"low", "medium", "high"}, &c.out.verbosity);
+  };
+  t["prediction"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (auto e = known_keys(v, "prediction", {"type", "content"})) return e;
+    std::string type;
+    if (!v.contains("type")) return bad_request("'prediction.type' is required", "prediction.type");
+    if (auto e = read_enum(v["type"], "prediction.type", {"content"}, &type)) return e;
+    if (!v.contains("content")) {
+      return bad_request("'prediction.content' is required", "prediction.content");
+    }
+    std::string text;
+    if (auto e = read_message_content(v["content"], "prediction.content", &text)) return e;
+    c.out.request.prediction = std::move(text);
+    c.out.prediction = !c.out.request.prediction.empty();
     return std::nullopt;
   };
 }
@@ -554,11 +772,6 @@ void add_completion_logprobs_fields(FieldTable& t) {
   };
 }
 
-// ---- field groups not implemented yet ----
-// These fields are not in the tables, so they get the generic 400 "unsupported field" until
-// their group is added here as add_<group>_fields(t) and called from field_table():
-//   grammar: parallel_tool_calls
-
 const FieldTable& field_table(Endpoint endpoint) {
   static const FieldTable chat = [] {
     FieldTable t;
@@ -568,6 +781,7 @@ const FieldTable& field_table(Endpoint endpoint) {
     add_sampling_fields(t);
     add_stream_fields(t);
     add_grammar_fields(t);
+    add_chat_output_fields(t);
     add_receipt_fields(t);
     add_speculative_fields(t);
     return t;
@@ -647,6 +861,36 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
     r.mapped.tools_active = true;
     r.mapped.tool_call_forced = !req.tool_choice_json.empty() && req.tool_choice_json != "\"auto\"";
   }
+  if (ctx.best_of_given && ctx.best_of != r.mapped.n) {
+    if (ctx.best_of < r.mapped.n) {
+      r.error = bad_request("'best_of' must be at least 'n'", "best_of");
+    } else {
+      r.error = refused("best_of",
+                        "returning the best n of more candidates ranks hidden "
+                        "completions by log-probability, which Power does not do; "
+                        "ask for n choices (best_of equal to n) and rank them");
+    }
+    return r;
+  }
+  if (r.mapped.echo && req.top_logprobs >= 0) {
+    r.error = refused("echo",
+                      "echo with logprobs needs the prompt's token log-probabilities, "
+                      "which completions do not compute");
+    return r;
+  }
+  const size_t n_choices =
+      static_cast<size_t>(r.mapped.n) * std::max<size_t>(1, r.mapped.prompts.size());
+  if (n_choices > 128) {
+    r.error = bad_request("n times the number of prompts must be at most 128", "n");
+    return r;
+  }
+  if (n_choices > 1 && req.want_receipt) {
+    r.error = bad_request(
+        "a receipt binds one output: ask for 'power_receipt' with one prompt "
+        "and n = 1",
+        "power_receipt");
+    return r;
+  }
   if (!ctx.max_tokens_given) {
     req.max_tokens = -1;
     req.max_tokens_up_to_context = true;
@@ -686,32 +930,80 @@ json logprobs_json(const std::vector<TokenLogprobs>& lps) {
   return json{{"content", content}};
 }
 
-json usage_json(const Usage& u) {
-  return json{{"prompt_tokens", u.prompt_tokens},
-              {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+json usage_json(const Usage& u, const SpeculativeUsage* spec) {
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
+  if (spec != nullptr) {
+    j["completion_tokens_details"] = {
+        {"accepted_prediction_tokens", spec->accepted},
+        {"rejected_prediction_tokens", spec->drafted - spec->accepted}};
+  }
+  return j;
 }
 
-json chat_response(const ResponseMeta& meta, const Completion& c) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", c.text}}},
-                 {"logprobs", nullptr},
-                 {"finish_reason", finish_reason(c)}};
-  if (!c.tool_calls.empty()) {
-    json calls = json::array();
-    for (const ToolCall& tc : c.tool_calls) {
-      calls.push_back({{"id", tc.id},
-                       {"type", "function"},
-                       {"function", {{"name", tc.name}, {"arguments", tc.arguments_json}}}});
+Usage combined_usage(const std::vector<Completion>& choices, int n) {
+  Usage u;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (n <= 1 || i % static_cast<size_t>(n) == 0) {  // a prompt counts once
+      u.prompt_tokens += choices[i].usage.prompt_tokens;
+      u.cached_prompt_tokens += choices[i].usage.cached_prompt_tokens;
     }
-    choice["message"]["tool_calls"] = std::move(calls);
-    if (c.text.empty()) choice["message"]["content"] = nullptr;
+    u.completion_tokens += choices[i].usage.completion_tokens;
   }
-  if (!c.logprobs.empty()) choice["logprobs"] = logprobs_json(c.logprobs);
-  return json{
-      {"id", meta.id},       {"object", "chat.completion"},      {"created", meta.created},
-      {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
+  return u;
+}
+
+SpeculativeUsage combined_speculative(const std::vector<Completion>& choices) {
+  SpeculativeUsage s;
+  for (const Completion& c : choices) {
+    s.drafted += c.speculative.drafted;
+    s.accepted += c.speculative.accepted;
+  }
+  return s;
+}
+
+namespace {
+
+json response_envelope(const ResponseMeta& meta, const char* object, json choices, const Usage& u,
+                       const SpeculativeUsage* spec) {
+  json j = {{"id", meta.id},
+            {"object", object},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", std::move(choices)},
+            {"usage", usage_json(u, meta.prediction ? spec : nullptr)}};
+  if (!meta.service_tier.empty()) j["service_tier"] = meta.service_tier;
+  return j;
+}
+
+}  // namespace
+
+json chat_response(const ResponseMeta& meta, const std::vector<Completion>& completions,
+                   const Usage& usage) {
+  json choices = json::array();
+  for (size_t i = 0; i < completions.size(); ++i) {
+    const Completion& c = completions[i];
+    json choice = {{"index", i},
+                   {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
+                   {"logprobs", nullptr},
+                   {"finish_reason", finish_reason(c)}};
+    if (!c.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCall& tc : c.tool_calls) {
+        calls.push_back({{"id", tc.id},
+                         {"type", "function"},
+                         {"function", {{"name", tc.name}, {"arguments", tc.arguments_json}}}});
+      }
+      choice["message"]["tool_calls"] = std::move(calls);
+      if (c.text.empty()) choice["message"]["content"] = nullptr;
+    }
+    if (!c.logprobs.empty()) choice["logprobs"] = logprobs_json(c.logprobs);
+    choices.push_back(std::move(choice));
+  }
+  const SpeculativeUsage spec = combined_speculative(completions);
+  return response_envelope(meta, "chat.completion", std::move(choices), usage, &spec);
 }
 
 json completion_logprobs_json(const std::vector<TokenLogprobs>& lps, size_t* text_offset) {
@@ -736,24 +1028,33 @@ json completion_logprobs_json(const std::vector<TokenLogprobs>& lps, size_t* tex
               {"text_offset", offsets}};
 }
 
-json completion_response(const ResponseMeta& meta, const Completion& c) {
-  json choice = {
-      {"index", 0}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c)}};
-  if (!c.logprobs.empty()) {
-    size_t offset = 0;
-    choice["logprobs"] = completion_logprobs_json(c.logprobs, &offset);
+json completion_response(const ResponseMeta& meta, const std::vector<Completion>& completions,
+                         const Usage& usage, const std::vector<std::string>& echo_prefixes) {
+  json choices = json::array();
+  for (size_t i = 0; i < completions.size(); ++i) {
+    const Completion& c = completions[i];
+    const std::string& prefix = i < echo_prefixes.size() ? echo_prefixes[i] : std::string();
+    json choice = {{"index", i},
+                   {"text", prefix + c.text},
+                   {"logprobs", nullptr},
+                   {"finish_reason", finish_reason(c)}};
+    if (!c.logprobs.empty()) {
+      size_t offset = 0;
+      choice["logprobs"] = completion_logprobs_json(c.logprobs, &offset);
+    }
+    choices.push_back(std::move(choice));
   }
-  return json{
-      {"id", meta.id},       {"object", "text_completion"},      {"created", meta.created},
-      {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(c.usage)}};
+  const SpeculativeUsage spec = combined_speculative(completions);
+  return response_envelope(meta, "text_completion", std::move(choices), usage, &spec);
 }
 
-json chat_chunk(const ResponseMeta& meta, const std::string* role, const std::string* delta_text,
-                const std::string* finish, bool with_usage_null, const json* logprobs) {
+json chat_chunk(const ResponseMeta& meta, int index, const std::string* role,
+                const std::string* delta_text, const std::string* finish, bool with_usage_null,
+                const json* logprobs) {
   json delta = json::object();
   if (role != nullptr) delta["role"] = *role;
   if (delta_text != nullptr) delta["content"] = *delta_text;
-  json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}};
+  json choice = {{"index", index}, {"delta", delta}, {"logprobs", nullptr}};
   if (logprobs != nullptr) choice["logprobs"] = *logprobs;
   choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
   json j = {{"id", meta.id},
@@ -765,9 +1066,9 @@ json chat_chunk(const ResponseMeta& meta, const std::string* role, const std::st
   return j;
 }
 
-json completion_chunk(const ResponseMeta& meta, const std::string& text, const std::string* finish,
-                      bool with_usage_null, const json* logprobs) {
-  json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+json completion_chunk(const ResponseMeta& meta, int index, const std::string& text,
+                      const std::string* finish, bool with_usage_null, const json* logprobs) {
+  json choice = {{"index", index}, {"text", text}, {"logprobs", nullptr}};
   if (logprobs != nullptr) choice["logprobs"] = *logprobs;
   choice["finish_reason"] = finish != nullptr ? json(*finish) : json(nullptr);
   json j = {{"id", meta.id},
@@ -779,11 +1080,12 @@ json completion_chunk(const ResponseMeta& meta, const std::string& text, const s
   return j;
 }
 
-std::vector<json> tool_call_chunks(const ResponseMeta& meta, const std::vector<ToolCall>& calls,
-                                   bool with_usage_null, const json* logprobs) {
+std::vector<json> tool_call_chunks(const ResponseMeta& meta, int index,
+                                   const std::vector<ToolCall>& calls, bool with_usage_null,
+                                   const json* logprobs) {
   std::vector<json> out;
   auto chunk = [&](json call) {
-    json choice = {{"index", 0},
+    json choice = {{"index", index},
                    {"delta", {{"tool_calls", json::array({std::move(call)})}}},
                    {"logprobs", nullptr},
                    {"finish_reason", nullptr}};
@@ -811,14 +1113,63 @@ std::vector<json> tool_call_chunks(const ResponseMeta& meta, const std::vector<T
   return out;
 }
 
-json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u) {
-  return json{{"id", meta.id},
-              {"object", endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk"
-                                                                : "text_completion"},
-              {"created", meta.created},
-              {"model", meta.model},
-              {"choices", json::array()},
-              {"usage", usage_json(u)}};
+json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u,
+                 const SpeculativeUsage* spec) {
+  json j = {{"id", meta.id},
+            {"object",
+             endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array()},
+            {"usage", usage_json(u, meta.prediction ? spec : nullptr)}};
+  if (!meta.service_tier.empty()) j["service_tier"] = meta.service_tier;
+  return j;
+}
+
+namespace {
+
+// "key=value" out of a Status context ("a=1, b=2"); -1 when absent.
+int64_t context_number(const std::string& context, std::string_view key) {
+  size_t at = 0;
+  while ((at = context.find(key, at)) != std::string::npos) {
+    const bool starts = at == 0 || context[at - 1] == ' ';
+    if (starts && at + key.size() < context.size() && context[at + key.size()] == '=') {
+      return std::strtoll(context.c_str() + at + key.size() + 1, nullptr, 10);
+    }
+    at += key.size();
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::optional<ApiError> context_length_error(const Status& status, Endpoint endpoint,
+                                             bool max_tokens_given) {
+  if (status.code() != StatusCode::kDoesNotFit) return std::nullopt;
+  const int64_t n_ctx = context_number(status.context(), "n_ctx");
+  if (n_ctx < 0) return std::nullopt;  // the memory budget, not the context
+  const int64_t prompt = context_number(status.context(), "prompt_tokens");
+  const int64_t completion = context_number(status.context(), "max_new_tokens");
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const char* input = chat ? "messages" : "prompt";
+  ApiError e;
+  e.http_status = 400;
+  e.code = "context_length_exceeded";
+  if (completion > 0 && prompt < n_ctx) {
+    e.message = fmt::format(
+        "This model's maximum context length is {} tokens. However, you requested {} tokens "
+        "({} in the {}, {} in the completion). Please reduce the length of the {} or "
+        "completion.",
+        n_ctx, prompt + completion, prompt, input, completion, input);
+    e.param = max_tokens_given ? (chat ? "max_tokens" : "max_tokens") : input;
+  } else {
+    e.message = fmt::format(
+        "This model's maximum context length is {} tokens. However, your {} resulted in {} "
+        "tokens. Please reduce the length of the {}.",
+        n_ctx, input, prompt, input);
+    e.param = input;
+  }
+  return e;
 }
 
 std::string to_wire(const json& j) {

@@ -37,12 +37,30 @@ ApiError error_from_status(const Status& status);
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// One prompt of /v1/completions (text or token ids).
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
 // What a request asks for beyond the runtime request itself.
 struct MappedRequest {
   std::string model;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;        // stream_options.include_usage
+  bool include_obfuscation = false;  // stream_options.include_obfuscation
   std::string user;
+  // Choices per prompt (n), and /v1/completions' prompts (one or more; empty for chat). The
+  // reply has prompts.size() * n choices, choice index = prompt * n + j.
+  int n = 1;
+  std::vector<PromptInput> prompts;
+  bool max_tokens_given = false;
+  bool echo = false;         // completions: the prompt text before each choice's text
+  std::string service_tier;  // as asked ("" when not): the reply names the tier used
+  bool prediction = false;   // a prediction was given: usage reports its accepted tokens
+  // reasoning_effort / verbosity as asked: applied through the chat template, which must
+  // read them (the server checks the template; docs/SERVER.md).
+  std::string reasoning_effort, verbosity;
   // Chat with tools and tool_choice other than "none": a stream holds back text that may be
   // a call (server/tool_stream.h); forced: tool_choice "required" or a named function.
   bool tools_active = false;
@@ -67,22 +85,34 @@ struct ResponseMeta {
   std::string id;  // "chatcmpl-..." or "cmpl-..."
   int64_t created = 0;
   std::string model;
+  std::string service_tier;  // "" when the request did not name one (then not in the reply)
+  bool prediction = false;   // usage.completion_tokens_details.*_prediction_tokens
 };
 
 std::string finish_reason(const Completion& c);  // "stop", "length" or "tool_calls"
-nlohmann::json usage_json(const Usage& u);
+// `spec` (when given, with meta.prediction) fills completion_tokens_details'
+// accepted_prediction_tokens / rejected_prediction_tokens.
+nlohmann::json usage_json(const Usage& u, const SpeculativeUsage* spec = nullptr);
 // choices[].logprobs as OpenAI shapes it: {"content": [{token, logprob, bytes, top_logprobs}]}.
 nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& logprobs);
-nlohmann::json chat_response(const ResponseMeta& meta, const Completion& c);
-nlohmann::json completion_response(const ResponseMeta& meta, const Completion& c);
+// Several choices (index i = choices[i]); usage sums the completions and counts each
+// distinct prompt once (`prompt_usage`: one Usage per prompt).
+nlohmann::json chat_response(const ResponseMeta& meta, const std::vector<Completion>& choices,
+                             const Usage& usage);
+nlohmann::json completion_response(const ResponseMeta& meta, const std::vector<Completion>& choices,
+                                   const Usage& usage,
+                                   const std::vector<std::string>& echo_prefixes = {});
+// The usage of a multi-choice reply: the prompts' tokens once per prompt (n choices of one
+// prompt share it), the completions' tokens summed.
+Usage combined_usage(const std::vector<Completion>& choices, int n);
 // One streamed chunk. `delta_text` / `role` / `finish` absent when empty; `with_usage_null`
 // adds "usage": null as OpenAI does on every chunk when include_usage is set.
 // `logprobs`, when given, is the chunk's choices[0].logprobs (chat: logprobs_json of the
 // chunk's tokens; completions: completion_logprobs_json).
-nlohmann::json chat_chunk(const ResponseMeta& meta, const std::string* role,
+nlohmann::json chat_chunk(const ResponseMeta& meta, int index, const std::string* role,
                           const std::string* delta_text, const std::string* finish,
                           bool with_usage_null, const nlohmann::json* logprobs = nullptr);
-nlohmann::json completion_chunk(const ResponseMeta& meta, const std::string& text,
+nlohmann::json completion_chunk(const ResponseMeta& meta, int index, const std::string& text,
                                 const std::string* finish, bool with_usage_null,
                                 const nlohmann::json* logprobs = nullptr);
 // The legacy completions logprobs: {tokens, token_logprobs, top_logprobs (objects token ->
@@ -95,12 +125,19 @@ nlohmann::json completion_logprobs_json(const std::vector<TokenLogprobs>& logpro
 // delta.tool_calls [{index, id, type: "function", function: {name, arguments: ""}}], then
 // chunks with argument fragments [{index, function: {arguments}}]. `logprobs` (if given) goes
 // on the first chunk.
-std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& meta,
+std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& meta, int index,
                                              const std::vector<ToolCall>& calls,
                                              bool with_usage_null,
                                              const nlohmann::json* logprobs = nullptr);
 // The final usage chunk (choices: []).
-nlohmann::json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u);
+nlohmann::json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u,
+                           const SpeculativeUsage* spec = nullptr);
+// OpenAI's context-length error (400 context_length_exceeded, param messages / prompt /
+// max_tokens) when `status` says the request does not fit the context; nullopt otherwise.
+std::optional<ApiError> context_length_error(const Status& status, Endpoint endpoint,
+                                             bool max_tokens_given);
+// The prediction's accepted / rejected tokens of several choices, summed.
+SpeculativeUsage combined_speculative(const std::vector<Completion>& choices);
 
 // JSON text for the wire: invalid UTF-8 in generated text is replaced, never thrown on.
 std::string to_wire(const nlohmann::json& j);

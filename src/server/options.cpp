@@ -1,6 +1,7 @@
 // `power serve --config FILE`: the JSON form of the command-line flags.
 #include <fmt/format.h>
 
+#include "server/cors.h"
 #include "server/server.h"
 
 namespace power::server {
@@ -70,6 +71,20 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       } else {
         return type_error(raw_key, "a string or an array of strings");
       }
+    } else if (key == "cors_origin" || key == "cors_origins") {
+      std::vector<std::string> list;
+      if (v.is_string()) {
+        list.push_back(v.get<std::string>());
+      } else if (v.is_array()) {
+        for (const auto& x : v) {
+          if (!x.is_string()) return type_error(raw_key, "a string or an array of strings");
+          list.push_back(x.get<std::string>());
+        }
+      } else {
+        return type_error(raw_key, "a string or an array of strings");
+      }
+      for (const auto& origin : list) POWER_RETURN_IF_ERROR(validate_cors_origin(origin));
+      o->cors_origins.insert(o->cors_origins.end(), list.begin(), list.end());
     } else if (key == "api_key_file") {
       POWER_RETURN_IF_ERROR(str(&o->api_key_file));
     } else if (key == "tls_cert") {

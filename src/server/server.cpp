@@ -19,10 +19,13 @@
 #include "base/sha256.h"
 #include "server/api_keys.h"
 #include "server/connection_watch.h"
+#include "server/cors.h"
 #include "server/embed_openai.h"
+#include "server/generation.h"
 #include "server/management.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/ollama_api.h"
 #include "server/onnx_http.h"
 #include "server/openai_mapping.h"
 #include "server/tool_stream.h"
@@ -73,7 +76,16 @@ std::string route_label(const std::string& path) {
                                                 "/api/delete",
                                                 "/v1/audio/vad",
                                                 "/v1/ocr",
-                                                "/v1/classify"};
+                                                "/v1/classify",
+                                                "/tokenize",
+                                                "/detokenize",
+                                                "/api/chat",
+                                                "/api/generate",
+                                                "/api/tags",
+                                                "/api/show",
+                                                "/api/embed",
+                                                "/api/embeddings",
+                                                "/api/version"};
   if (kRoutes.count(path) != 0) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
   return "other";
@@ -89,17 +101,6 @@ std::string reason_for(const ApiError& e) {
   if (e.code == "draining") return "draining";
   return "invalid_request";
 }
-
-// One generation: the runtime's worker thread produces, the HTTP thread waits and writes.
-struct StreamState {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string pending;
-  std::vector<TokenLogprobs> pending_logprobs;  // of tokens since the last take
-  bool done = false;
-  Completion completion;
-  std::atomic<bool> client_gone{false};
-};
 
 // How often a waiting request checks that its client is still connected (docs/SERVER.md).
 constexpr std::chrono::milliseconds kWatchInterval{20};
@@ -177,12 +178,96 @@ struct Server::Impl {
     return m;
   }
 
+  std::shared_ptr<Generation> make_generation(std::shared_ptr<LoadedModel> model,
+                                              std::vector<GenerateRequest> requests,
+                                              std::vector<int> leader);
+  // Waits for every choice, watching the client (gone: cancels them); a follower's refused
+  // submit is returned.
+  Status run_to_end(Generation& g, ConnectionWatch& watch);
+  std::optional<ApiError> apply_template_controls(const MappedRequest& mapped,
+                                                  const LoadedModel& model,
+                                                  GenerateRequest& request);
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void stream_generation(Endpoint endpoint, const MappedRequest& mapped, ResponseMeta meta,
-                         std::shared_ptr<LoadedModel> model, GenerateRequest request,
+                         std::shared_ptr<Generation> gen, std::vector<std::string> echo_prefixes,
                          ConnectionWatch watch, httplib::Response& res);
   void register_routes();
 };
+
+static std::string obfuscation_pad() {
+  // stream_options.include_obfuscation: random characters of random length on every delta,
+  // so the sizes of encrypted chunks do not give away the tokens' lengths.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* kAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string s(4 + rng() % 28, 'a');
+  for (auto& c : s) c = kAlphabet[rng() % 62];
+  return s;
+}
+
+std::shared_ptr<Generation> Server::Impl::make_generation(std::shared_ptr<LoadedModel> model,
+                                                          std::vector<GenerateRequest> requests,
+                                                          std::vector<int> leader) {
+  Generation::Tracker tracker{[this](const RequestHandle& h) { return track(h); },
+                              [this](uint64_t k) { untrack(k); }};
+  auto g = std::make_shared<Generation>(runtime.get(), model->handle, std::move(requests),
+                                        std::move(leader), std::move(tracker));
+  g->on_finished = [this](const std::vector<Completion>& all, bool client_gone) {
+    for (const Completion& c : all) {
+      if (!c.status.ok() && c.usage.completion_tokens == 0 &&
+          c.status.code() != StatusCode::kCancelled) {
+        continue;
+      }
+      metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, client_gone,
+                               never_admitted(c));
+    }
+  };
+  return g;
+}
+
+Status Server::Impl::run_to_end(Generation& g, ConnectionWatch& watch) {
+  std::vector<Generation::Update> updates;
+  while (!g.all_done()) {
+    if (Status st = g.poll(kWatchInterval, &updates); !st.ok()) return st;
+    if (!g.client_gone() && watch.peer_gone()) {
+      // A client that went away cancels its requests at the next scheduler step.
+      g.mark_client_gone();
+      g.cancel_all();
+    }
+  }
+  return Status();
+}
+
+std::optional<ApiError> Server::Impl::apply_template_controls(const MappedRequest& mapped,
+                                                              const LoadedModel& model,
+                                                              GenerateRequest& request) {
+  if (mapped.reasoning_effort.empty() && mapped.verbosity.empty()) return std::nullopt;
+  auto source = model.handle.chat_template_source();
+  if (!source.ok()) return error_from_status(source.status());
+  json kwargs = json::object();
+  if (!mapped.reasoning_effort.empty()) {
+    if (source->find("reasoning_effort") != std::string::npos) {
+      kwargs["reasoning_effort"] = mapped.reasoning_effort;
+    } else if (source->find("enable_thinking") != std::string::npos) {
+      kwargs["enable_thinking"] = mapped.reasoning_effort != "none";
+    } else {
+      return bad_request(
+          "'reasoning_effort' is not supported by this model: its chat template "
+          "reads neither reasoning_effort nor enable_thinking",
+          "reasoning_effort", "unsupported_value");
+    }
+  }
+  if (!mapped.verbosity.empty()) {
+    if (source->find("verbosity") == std::string::npos) {
+      return bad_request(
+          "'verbosity' is not supported by this model: its chat template does "
+          "not read a verbosity variable",
+          "verbosity", "unsupported_value");
+    }
+    kwargs["verbosity"] = mapped.verbosity;
+  }
+  request.template_kwargs_json = kwargs.dump();
+  return std::nullopt;
+}
 
 void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& req,
                                    httplib::Response& res) {
@@ -200,217 +285,227 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   }
   MapResult mapped = map_request(endpoint, *body, model->handle.info());
   if (mapped.error) return send_error(res, *mapped.error);
-  if (opts.log_requests && !mapped.mapped.user.empty()) {
-    POWER_LOG_INFO("request {} user={}", res.get_header_value("X-Request-ID"), mapped.mapped.user);
+  const MappedRequest& m = mapped.mapped;
+  if (opts.log_requests && !m.user.empty()) {
+    POWER_LOG_INFO("request {} user={}", res.get_header_value("X-Request-ID"), m.user);
   }
 
   ResponseMeta meta;
   meta.id = (endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + random_hex(24);
   meta.created = unix_now();
   meta.model = model->id;
-  GenerateRequest request = std::move(mapped.mapped.request);
+  meta.service_tier = m.service_tier;
+  meta.prediction = m.prediction;
+  GenerateRequest base = std::move(mapped.mapped.request);
+  if (auto e = apply_template_controls(m, *model, base)) return send_error(res, *e);
   if (opts.queue_timeout_s > 0) {
-    request.deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(opts.queue_timeout_s);
+    base.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.queue_timeout_s);
   }
-  ConnectionWatch watch(bound_port, req.remote_addr, req.remote_port);
-  if (mapped.mapped.stream) {
-    return stream_generation(endpoint, mapped.mapped, std::move(meta), model, std::move(request),
-                             std::move(watch), res);
-  }
-  auto state = std::make_shared<StreamState>();
-  request.on_done = [state](const Completion&) {
-    {
-      std::lock_guard<std::mutex> lk(state->mu);
-      state->done = true;
-    }
-    state->cv.notify_all();
-  };
-  auto handle = runtime->submit(model->handle, std::move(request));
-  if (!handle.ok()) return send_error(res, error_from_status(handle.status()));
-  uint64_t key = track(*handle);
-  {
-    // While it waits (queued or running) the client's connection is watched: a client that
-    // went away cancels the request at the next scheduler step.
-    std::unique_lock<std::mutex> lk(state->mu);
-    while (!state->cv.wait_for(lk, kWatchInterval, [&] { return state->done; })) {
-      if (state->client_gone) continue;
-      lk.unlock();
-      const bool gone = watch.peer_gone();
-      lk.lock();
-      if (gone) {
-        state->client_gone = true;
-        handle->cancel();
+  // The choices: per prompt, n of them; the first of each prompt leads, the others follow it
+  // (so they reuse its prompt KV). Each choice samples with its own seed.
+  std::vector<PromptInput> prompts = m.prompts;
+  if (prompts.empty()) prompts.push_back({base.prompt, base.prompt_tokens});
+  std::vector<GenerateRequest> requests;
+  std::vector<int> leader;
+  std::vector<std::string> echo_prefixes;
+  for (const PromptInput& p : prompts) {
+    const int lead = static_cast<int>(requests.size());
+    for (int j = 0; j < m.n; ++j) {
+      GenerateRequest r = base;
+      if (endpoint == Endpoint::kCompletions) {
+        r.prompt = p.text;
+        r.prompt_tokens = p.tokens;
+      }
+      r.sampling.seed = base.sampling.seed + static_cast<uint64_t>(j);
+      leader.push_back(j == 0 ? -1 : lead);
+      requests.push_back(std::move(r));
+      if (m.echo) {
+        std::string text = p.text;
+        if (text.empty()) {
+          auto t = model->handle.detokenize(p.tokens, /*render_special=*/false);
+          text = t.ok() ? *t : std::string();
+        }
+        echo_prefixes.push_back(std::move(text));
       }
     }
   }
-  Completion c = handle->wait();
-  untrack(key);
-  if (!c.status.ok()) {
-    if (c.usage.completion_tokens > 0 || c.status.code() == StatusCode::kCancelled) {
-      metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, state->client_gone.load(),
-                               never_admitted(c));
-    }
-    return send_error(res, error_from_status(c.status));
+  auto gen = make_generation(model, std::move(requests), std::move(leader));
+  auto api_error = [&](const Status& st) {
+    if (auto e = context_length_error(st, endpoint, m.max_tokens_given)) return *e;
+    return error_from_status(st);
+  };
+  // Immediate rejections (queue full, does not fit, bad token ids) are plain HTTP errors.
+  if (Status st = gen->start(); !st.ok()) return send_error(res, api_error(st));
+  ConnectionWatch watch(bound_port, req.remote_addr, req.remote_port);
+  if (m.stream) {
+    return stream_generation(endpoint, m, std::move(meta), gen, std::move(echo_prefixes),
+                             std::move(watch), res);
   }
-  metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, false);
-  json answer = endpoint == Endpoint::kChatCompletions ? chat_response(meta, c)
-                                                       : completion_response(meta, c);
-  if (!c.receipt.empty()) {  // the exact signed bytes, and their digest (docs/RECEIPTS.md)
-    answer["power_receipt"] = c.receipt;
-    res.set_header("X-Power-Receipt-SHA256", sha256_hex(c.receipt));
+  Status st = run_to_end(*gen, watch);
+  if (st.ok()) st = gen->first_error();
+  if (!st.ok()) return send_error(res, api_error(st));
+  std::vector<Completion> all = gen->take_completions();
+  const Usage usage = combined_usage(all, m.n);
+  json answer = endpoint == Endpoint::kChatCompletions
+                    ? chat_response(meta, all, usage)
+                    : completion_response(meta, all, usage, echo_prefixes);
+  if (all.size() == 1 && !all[0].receipt.empty()) {
+    // The exact signed bytes, and their digest (docs/RECEIPTS.md).
+    answer["power_receipt"] = all[0].receipt;
+    res.set_header("X-Power-Receipt-SHA256", sha256_hex(all[0].receipt));
   }
   send_json(res, answer);
 }
 
 void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& mapped,
-                                     ResponseMeta meta, std::shared_ptr<LoadedModel> model,
-                                     GenerateRequest request, ConnectionWatch watch,
+                                     ResponseMeta meta, std::shared_ptr<Generation> gen,
+                                     std::vector<std::string> echo_prefixes, ConnectionWatch watch,
                                      httplib::Response& res) {
-  auto state = std::make_shared<StreamState>();
-  request.on_stream = [state](const StreamEvent& e) {
-    if (!e.text.empty() || e.logprobs != nullptr) {
-      std::lock_guard<std::mutex> lk(state->mu);
-      state->pending.append(e.text);
-      if (e.logprobs != nullptr) state->pending_logprobs.push_back(*e.logprobs);
-    }
-    state->cv.notify_all();
-    return !state->client_gone.load();
-  };
-  request.on_done = [state](const Completion& c) {
-    {
-      std::lock_guard<std::mutex> lk(state->mu);
-      state->completion = c;
-      state->done = true;
-    }
-    state->cv.notify_all();
-  };
-  const bool want_logprobs = request.top_logprobs >= 0;
-  // Immediate rejections (queue full, does not fit, bad token ids) are plain HTTP errors.
-  auto submitted = runtime->submit(model->handle, std::move(request));
-  if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
-  RequestHandle handle = *submitted;
-  uint64_t key = track(handle);
   const bool include_usage = mapped.include_usage;
+  const bool obfuscate = mapped.include_obfuscation;
+  const bool want_logprobs = gen->size() > 0 && mapped.request.top_logprobs >= 0;
   const bool tools_active = mapped.tools_active && endpoint == Endpoint::kChatCompletions;
   const bool tool_call_forced = mapped.tool_call_forced;
+  const int n = mapped.n;
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, state, handle, meta, endpoint, include_usage, model, want_logprobs, tools_active,
-       tool_call_forced, watch](size_t, httplib::DataSink& sink) mutable -> bool {
+      [this, gen, meta, endpoint, include_usage, obfuscate, want_logprobs, tools_active,
+       tool_call_forced, n, echo_prefixes, watch](size_t, httplib::DataSink& sink) mutable -> bool {
         const bool chat = endpoint == Endpoint::kChatCompletions;
-        auto send = [&](const std::string& payload) {
-          std::string frame = "data: " + payload + "\n\n";
+        auto send = [&](json payload) {
+          if (obfuscate && payload.contains("choices") && !payload["choices"].empty()) {
+            payload["obfuscation"] = obfuscation_pad();
+          }
+          std::string frame = "data: " + to_wire(payload) + "\n\n";
           if (!sink.write(frame.data(), frame.size())) {
-            state->client_gone = true;
-            handle.cancel();
+            gen->mark_client_gone();
+            gen->cancel_all();
             return false;
           }
           return true;
         };
-        // Logprobs of tokens whose text has not gone out yet; they ride on the next chunk.
-        std::vector<TokenLogprobs> carry;
-        size_t text_offset = 0;  // completions: text_offset numbers on across chunks
-        auto take_logprobs = [&]() -> std::optional<json> {
-          if (!want_logprobs || carry.empty()) return std::nullopt;
-          json j = chat ? logprobs_json(carry) : completion_logprobs_json(carry, &text_offset);
-          carry.clear();
+        auto send_done = [&] {
+          const std::string frame = "data: [DONE]\n\n";
+          return sink.write(frame.data(), frame.size());
+        };
+        struct ChoiceStream {
+          ToolStreamFilter filter;
+          // Logprobs of tokens whose text has not gone out yet; they ride on the next chunk.
+          std::vector<TokenLogprobs> carry;
+          size_t text_offset = 0;  // completions: text_offset numbers on across chunks
+        };
+        std::vector<ChoiceStream> cs;
+        for (size_t i = 0; i < gen->size(); ++i) cs.push_back({ToolStreamFilter(tool_call_forced)});
+        auto take_logprobs = [&](ChoiceStream& c) -> std::optional<json> {
+          if (!want_logprobs || c.carry.empty()) return std::nullopt;
+          json j =
+              chat ? logprobs_json(c.carry) : completion_logprobs_json(c.carry, &c.text_offset);
+          c.carry.clear();
           return j;
         };
-        auto send_content = [&](const std::string& text) {
-          std::optional<json> lp = take_logprobs();
+        auto send_content = [&](size_t i, const std::string& text) {
+          std::optional<json> lp = take_logprobs(cs[i]);
           const json* lpp = lp ? &*lp : nullptr;
-          json chunk = chat ? chat_chunk(meta, nullptr, &text, nullptr, include_usage, lpp)
-                            : completion_chunk(meta, text, nullptr, include_usage, lpp);
-          return send(to_wire(chunk));
+          const int idx = static_cast<int>(i);
+          return send(chat ? chat_chunk(meta, idx, nullptr, &text, nullptr, include_usage, lpp)
+                           : completion_chunk(meta, idx, text, nullptr, include_usage, lpp));
         };
         const std::string role = "assistant";
         const std::string empty;
-        if (chat && !send(to_wire(chat_chunk(meta, &role, &empty, nullptr, include_usage)))) {
-          return false;
+        for (size_t i = 0; i < gen->size(); ++i) {
+          const int idx = static_cast<int>(i);
+          if (chat && !send(chat_chunk(meta, idx, &role, &empty, nullptr, include_usage))) {
+            return false;
+          }
+          if (!chat && i < echo_prefixes.size() && !echo_prefixes[i].empty() &&
+              !send(completion_chunk(meta, idx, echo_prefixes[i], nullptr, include_usage))) {
+            return false;
+          }
         }
-        ToolStreamFilter filter(tool_call_forced);
+        // A choice's end: held-back text, tool calls, the finish chunk.
+        auto finish_choice = [&](size_t i) {
+          const Completion& c = gen->completion(i);
+          const int idx = static_cast<int>(i);
+          if (tools_active) {
+            const std::string rest = cs[i].filter.finish(c);
+            if (!rest.empty() && !send_content(i, rest)) return false;
+            if (!c.tool_calls.empty()) {
+              std::optional<json> lp = take_logprobs(cs[i]);
+              for (const json& chunk :
+                   tool_call_chunks(meta, idx, c.tool_calls, include_usage, lp ? &*lp : nullptr)) {
+                if (!send(chunk)) return false;
+              }
+            }
+          }
+          // Tokens whose text never went out (a matched stop string): their logprobs still do.
+          if (want_logprobs && !cs[i].carry.empty() && !send_content(i, "")) return false;
+          const std::string finish = finish_reason(c);
+          return send(chat ? chat_chunk(meta, idx, nullptr, nullptr, &finish, include_usage)
+                           : completion_chunk(meta, idx, "", &finish, include_usage));
+        };
+        std::vector<Generation::Update> updates;
         auto next_check = std::chrono::steady_clock::now() + kWatchInterval;
-        while (true) {
-          std::string text;
-          bool done = false;
-          {
-            std::unique_lock<std::mutex> lk(state->mu);
-            state->cv.wait_until(lk, next_check,
-                                 [&] { return state->done || !state->pending.empty(); });
-            text.swap(state->pending);
-            for (TokenLogprobs& lp : state->pending_logprobs) carry.push_back(std::move(lp));
-            state->pending_logprobs.clear();
-            done = state->done;
+        while (!gen->all_done()) {
+          Status st = gen->poll(kWatchInterval, &updates);
+          if (st.ok() && !gen->first_error().ok()) st = gen->first_error();
+          if (!st.ok()) {
+            // Headers are gone already: the error travels as an event, as OpenAI does.
+            gen->cancel_all();
+            ApiError e = error_from_status(st);
+            if (auto ce = context_length_error(st, endpoint, false)) e = *ce;
+            metrics.count_rejection(reason_for(e));
+            if (!send(error_body(e)) || !send_done()) return false;
+            sink.done();
+            return true;
           }
-          if (tools_active) text = filter.push(text);
-          if (!text.empty()) {
-            if (!send_content(text)) return false;
-            next_check = std::chrono::steady_clock::now() + kWatchInterval;
+          for (Generation::Update& u : updates) {
+            ChoiceStream& c = cs[u.choice];
+            for (TokenLogprobs& lp : u.logprobs) c.carry.push_back(std::move(lp));
+            std::string text = tools_active ? c.filter.push(u.text) : u.text;
+            if (!text.empty()) {
+              if (!send_content(u.choice, text)) return false;
+              next_check = std::chrono::steady_clock::now() + kWatchInterval;
+            }
+            if (u.finished && gen->completion(u.choice).status.ok() && !finish_choice(u.choice)) {
+              return false;
+            }
           }
-          if (done) break;
           // Nothing written for a while (queued, prefilling, or text held back): a write
           // cannot tell whether the client is still there, the socket can.
           if (std::chrono::steady_clock::now() >= next_check) {
             if (watch.peer_gone()) {
-              state->client_gone = true;
-              handle.cancel();
+              gen->mark_client_gone();
+              gen->cancel_all();
               return false;
             }
             next_check = std::chrono::steady_clock::now() + kWatchInterval;
           }
         }
-        const Completion& c = state->completion;
-        if (!c.status.ok()) {
-          // Headers are gone already: the error travels as an event, as OpenAI does.
-          ApiError e = error_from_status(c.status);
-          metrics.count_rejection(reason_for(e));
-          if (!send(to_wire(error_body(e)))) return false;
-        } else {
-          if (tools_active) {
-            const std::string rest = filter.finish(c);
-            if (!rest.empty() && !send_content(rest)) return false;
-            if (!c.tool_calls.empty()) {
-              std::optional<json> lp = take_logprobs();
-              for (const json& chunk :
-                   tool_call_chunks(meta, c.tool_calls, include_usage, lp ? &*lp : nullptr)) {
-                if (!send(to_wire(chunk))) return false;
-              }
-            }
-          }
-          // Tokens whose text never went out (a matched stop string): their logprobs still do.
-          if (want_logprobs && !carry.empty() && !send_content("")) return false;
-          std::string finish = finish_reason(c);
-          json chunk = chat ? chat_chunk(meta, nullptr, nullptr, &finish, include_usage)
-                            : completion_chunk(meta, "", &finish, include_usage);
-          if (!send(to_wire(chunk))) return false;
-          if (include_usage && !send(to_wire(usage_chunk(endpoint, meta, c.usage)))) {
-            return false;
-          }
-          if (!c.receipt.empty() && !send(to_wire(json{{"object", "power.receipt"},
-                                                       {"id", meta.id},
-                                                       {"sha256", sha256_hex(c.receipt)},
-                                                       {"receipt", c.receipt}}))) {
-            return false;
-          }
+        std::vector<Completion> all = gen->take_completions();
+        if (include_usage) {
+          const SpeculativeUsage spec = combined_speculative(all);
+          if (!send(usage_chunk(endpoint, meta, combined_usage(all, n), &spec))) return false;
         }
-        if (!send("[DONE]")) return false;
+        if (all.size() == 1 && !all[0].receipt.empty() &&
+            !send(json{{"object", "power.receipt"},
+                       {"id", meta.id},
+                       {"sha256", sha256_hex(all[0].receipt)},
+                       {"receipt", all[0].receipt}})) {
+          return false;
+        }
+        if (!send_done()) return false;
         sink.done();
         return true;
       },
-      [this, state, handle, key](bool success) mutable {
+      [gen](bool success) {
         // Runs when the response ends for any reason: a client that went away before the
         // stream finished cancels the generation.
         if (!success) {
-          state->client_gone = true;
-          handle.cancel();
+          gen->mark_client_gone();
+          gen->cancel_all();
         }
-        Completion c = handle.wait();
-        untrack(key);
-        metrics.count_generation(c.usage, c.timings.time_to_first_token_ms,
-                                 state->client_gone.load(), never_admitted(c));
       });
 }
 
@@ -421,12 +516,54 @@ void Server::Impl::register_routes() {
     std::string rid = req.get_header_value("X-Request-ID");
     if (!acceptable_request_id(rid)) rid = random_hex(32);
     res.set_header("X-Request-ID", rid);
+    // CORS (server/cors.h): allowed origins get the headers on every answer; a preflight is
+    // answered here, before authentication (browsers send it without credentials).
+    const std::string origin = req.get_header_value("Origin");
+    const bool cross_ok = !origin.empty() && cors_origin_allowed(opts.cors_origins, origin);
+    if (cross_ok) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+      res.set_header("Access-Control-Expose-Headers", kCorsExposeHeaders);
+    }
+    if (req.method == "OPTIONS") {
+      if (!origin.empty() && !cross_ok) {
+        ApiError e;
+        e.http_status = 403;
+        e.message =
+            fmt::format("the origin {} may not call this server (see --cors-origin)", origin);
+        e.code = "origin_not_allowed";
+        send_error(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Allow", kCorsAllowMethods);
+      if (cross_ok) {
+        res.set_header("Access-Control-Allow-Methods", kCorsAllowMethods);
+        // The headers the page asked for (the OpenAI client sends x-stainless-*), else ours.
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? kCorsAllowHeaders : asked);
+        res.set_header("Access-Control-Max-Age", kCorsMaxAge);
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
     const bool open_path = req.path == "/health" || req.path.starts_with("/health/");
-    if (auth && !open_path && !keys.check_header(req.get_header_value("Authorization"))) {
+    const std::string authorization = req.get_header_value("Authorization");
+    if (auth && !open_path && !keys.check_header(authorization)) {
+      // OpenAI's two 401s: no key at all, or a key it does not know.
       ApiError e;
       e.http_status = 401;
-      e.message = "missing or incorrect API key (send Authorization: Bearer <key>)";
-      e.code = "invalid_api_key";
+      if (authorization.empty()) {
+        e.message =
+            "You didn't provide an API key. You need to provide your API key in an "
+            "Authorization header using Bearer auth (i.e. Authorization: Bearer "
+            "YOUR_KEY).";
+      } else {
+        e.message =
+            "Incorrect API key provided. The server's keys are set with "
+            "--api-key-file.";
+        e.code = "invalid_api_key";
+      }
+      res.set_header("WWW-Authenticate", "Bearer");
       send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -520,8 +657,27 @@ void Server::Impl::register_routes() {
     send_json(res, std::get<json>(out));
   });
 
+  // OpenAI's model object, plus what tools look for: the context length (vLLM's
+  // max_model_len, llama-server's meta.n_ctx_train) and the architecture.
   auto model_json = [](const LoadedModel& m) {
-    return json{{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "power"}};
+    json j = {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "power"}};
+    if (m.embedding) {
+      const EmbeddingModelInfo& ei = m.embedding->info();
+      j["context_length"] = ei.n_ctx;
+      j["max_model_len"] = ei.n_ctx;
+      j["arch"] = ei.arch;
+      j["kind"] = "embedding";
+    } else {
+      const ModelInfo& info = m.handle.info();
+      j["context_length"] = info.n_ctx;
+      j["max_model_len"] = info.n_ctx;
+      j["arch"] = info.arch;
+      j["kind"] = "generate";
+      j["meta"] = {{"n_vocab", info.n_vocab},    {"n_ctx", info.n_ctx},
+                   {"n_embd", info.n_embd},      {"n_layer", info.n_layer},
+                   {"size", info.weights_bytes}, {"sha256", info.sha256}};
+    }
+    return j;
   };
   auto onnx_model_json = [](const onnx::ServiceModelInfo& m) {
     return json{{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "power"}};
@@ -546,6 +702,114 @@ void Server::Impl::register_routes() {
           auto m = find_model(id, res);
           if (m) send_json(res, model_json(*m));
         });
+
+  // llama-server's tokenizer endpoints: POST /tokenize {"model"?, "content", "add_special"?,
+  // "with_pieces"?} -> {"tokens": [ids] or [{id, piece}]}; POST /detokenize {"model"?,
+  // "tokens"} -> {"content"}. "model" may be left out when one generative model is loaded.
+  auto tokenizer_model =
+      [this](const json& body, httplib::Response& res,
+             std::initializer_list<std::string_view> known) -> std::shared_ptr<LoadedModel> {
+    for (const auto& [key, value] : body.items()) {
+      bool ok = false;
+      for (std::string_view k : known) ok = ok || k == key;
+      if (!ok) {
+        send_error(res, bad_request(fmt::format("unknown field '{}'", key), key, "unknown_field"));
+        return nullptr;
+      }
+    }
+    std::string id;
+    if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+      if (!it->is_string()) {
+        send_error(res, bad_request("'model' must be a string", "model"));
+        return nullptr;
+      }
+      id = it->get<std::string>();
+    } else {
+      std::vector<std::shared_ptr<LoadedModel>> generative;
+      for (const auto& m : registry->list()) {
+        if (!m->embedding) generative.push_back(m);
+      }
+      if (generative.size() != 1) {
+        send_error(res, bad_request("'model' is required when the server has not exactly one "
+                                    "generative model loaded",
+                                    "model"));
+        return nullptr;
+      }
+      return generative[0];
+    }
+    auto m = find_model(id, res);
+    if (m && m->embedding) {
+      send_error(res, bad_request("the tokenizer endpoints serve generative models", "model",
+                                  "model_not_generative"));
+      return nullptr;
+    }
+    return m;
+  };
+  s.Post("/tokenize", [this, tokenizer_model](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    auto m = tokenizer_model(*body, res,
+                             {"model", "content", "add_special", "with_pieces", "parse_special"});
+    if (!m) return;
+    auto content = body->find("content");
+    if (content == body->end() || !content->is_string()) {
+      return send_error(res, bad_request("'content' must be a string", "content"));
+    }
+    bool add_special = false, with_pieces = false;
+    for (auto [name, out] :
+         {std::pair{"add_special", &add_special}, std::pair{"with_pieces", &with_pieces}}) {
+      if (auto it = body->find(name); it != body->end() && !it->is_null()) {
+        if (!it->is_boolean()) {
+          return send_error(res, bad_request(fmt::format("'{}' must be a boolean", name), name));
+        }
+        *out = it->get<bool>();
+      }
+    }
+    if (auto it = body->find("parse_special"); it != body->end() && !it->is_null()) {
+      // Power's tokenizer always turns special-token text into the special token.
+      if (!it->is_boolean() || !it->get<bool>()) {
+        return send_error(res, bad_request("'parse_special' can only be true: special-token "
+                                           "text is always parsed as the special token",
+                                           "parse_special", "unsupported_value"));
+      }
+    }
+    std::vector<int32_t> ids = m->handle.tokenize(content->get<std::string>(), add_special);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+      if (with_pieces) {
+        tokens.push_back({{"id", id}, {"piece", m->handle.token_piece(id)}});
+      } else {
+        tokens.push_back(id);
+      }
+    }
+    send_json(res, json{{"tokens", tokens}});
+  });
+  s.Post(
+      "/detokenize", [this, tokenizer_model](const httplib::Request& req, httplib::Response& res) {
+        auto body = parse_body(req, res);
+        if (!body) return;
+        auto m = tokenizer_model(*body, res, {"model", "tokens"});
+        if (!m) return;
+        auto tokens = body->find("tokens");
+        if (tokens == body->end() || !tokens->is_array()) {
+          return send_error(res, bad_request("'tokens' must be an array of token ids", "tokens"));
+        }
+        std::vector<int32_t> ids;
+        const int64_t n_vocab = m->handle.info().n_vocab;
+        for (size_t i = 0; i < tokens->size(); ++i) {
+          const json& t = (*tokens)[i];
+          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab) {
+            return send_error(res, bad_request(fmt::format("'tokens[{}]' is not a token id of this "
+                                                           "model (0..{})",
+                                                           i, n_vocab - 1),
+                                               fmt::format("tokens[{}]", i)));
+          }
+          ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
+        auto text = m->handle.detokenize(ids, /*render_special=*/true);
+        if (!text.ok()) return send_error(res, error_from_status(text.status()));
+        send_json(res, json{{"content", *text}});
+      });
 
   auto ready = [this] { return !draining && (!registry->list().empty() || onnx); };
   s.Get("/health/live", [this](const httplib::Request&, httplib::Response& res) {
@@ -599,13 +863,20 @@ void Server::Impl::register_routes() {
         continue;
       }
       const ModelInfo& info = m->handle.info();
-      models.push_back(
-          json{{"name", m->id},
-               {"model", m->source},
-               {"digest", "sha256:" + info.sha256},
-               {"size_bytes", info.weights_bytes + info.kv_cache_bytes * info.replicas +
-                                  info.scratch_bytes * info.replicas},
-               {"expires_at", "never"}});
+      const uint64_t size = info.weights_bytes + info.kv_cache_bytes * info.replicas +
+                            info.scratch_bytes * info.replicas;
+      // Ollama's fields (size, size_vram, context_length, details) beside Power's.
+      models.push_back(json{
+          {"name", m->id},
+          {"model", m->source},
+          {"digest", "sha256:" + info.sha256},
+          {"size_bytes", size},
+          {"size", size},
+          {"size_vram", 0},
+          {"context_length", info.n_ctx},
+          {"details",
+           {{"format", "gguf"}, {"family", info.arch}, {"families", json::array({info.arch})}}},
+          {"expires_at", "never"}});
     }
     send_json(res, json{{"models", models}});
   });
@@ -613,6 +884,13 @@ void Server::Impl::register_routes() {
                                           [this](httplib::Response& res, const ApiError& e) {
                                             send_error(res, e);
                                           }});
+  register_ollama_routes(
+      s, OllamaContext{opts, *registry, &bound_port,
+                       [this](std::shared_ptr<LoadedModel> m, std::vector<GenerateRequest> r,
+                              std::vector<int> leader) {
+                         return make_generation(std::move(m), std::move(r), std::move(leader));
+                       },
+                       [this](const std::string& reason) { metrics.count_rejection(reason); }});
   register_management_routes(
       s, ManagementContext{opts, *registry, [this](httplib::Response& res, const ApiError& e) {
                              send_error(res, e);

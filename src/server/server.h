@@ -33,7 +33,9 @@ struct ServerOptions {
   // Model plugins (power/sdk/plugin.h) loaded before the models: their architectures can be
   // served like the built-in ones.
   std::vector<std::string> model_libs;
-  std::string api_key_file;       // one key per line (or sha256:<hex>); empty: no auth
+  std::string api_key_file;  // one key per line (or sha256:<hex>); empty: no auth
+  // Origins browsers may call from (server/cors.h); empty: the local origins; "*": any.
+  std::vector<std::string> cors_origins;
   std::string tls_cert, tls_key;  // both set: HTTPS
   uint64_t max_body_bytes = 16ull << 20;
   int http_threads = 256;  // connections served at once (each stream holds one)
