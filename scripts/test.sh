@@ -21,8 +21,9 @@ stage() {  # stage NAME COMMAND...
 
 stage setup bash scripts/setup.sh
 stage models bash scripts/fetch_models.sh
-# The official OpenAI JavaScript client for tests/e2e/openai (pinned by package-lock.json).
-stage npm bash -c "cd tests/e2e/openai && npm ci --no-audit --no-fund"
+# The official OpenAI and Ollama JavaScript clients and playwright-core for tests/e2e/clients
+# (pinned by package-lock.json).
+stage npm bash -c "cd tests/e2e/clients && npm ci --no-audit --no-fund"
 stage format bash scripts/check_format.sh
 stage build bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOWER_BUILD_TESTS=ON >/dev/null \
   && cmake --build build -j$jobs"

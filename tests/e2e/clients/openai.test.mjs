@@ -134,7 +134,7 @@ test('chat: non-streamed and streamed answers agree, usage chunk at the end', as
   assert.equal(usage.total_tokens, whole.usage.total_tokens);
 });
 
-test('errors: unknown model 404, bad field 400 naming it, n>1 400', async () => {
+test('errors: unknown model 404, bad field 400 naming it, context overflow', async () => {
   await assert.rejects(
     client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
@@ -144,14 +144,188 @@ test('errors: unknown model 404, bad field 400 naming it, n>1 400', async () => 
     }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
   await assert.rejects(
-    client.completions.create({ model: MODEL, prompt: 'x', n: 2 }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
-  await assert.rejects(
-    client.completions.create({ model: MODEL, prompt: 'x', echo: true }),
+    client.completions.create({ model: MODEL, prompt: 'x', echo: true, logprobs: 2 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'echo');
   await assert.rejects(
     client.embeddings.create({ model: MODEL, input: 'x' }),
     (e) => e instanceof OpenAI.BadRequestError && /not an embedding model/.test(e.message));
+  // OpenAI's context overflow: 400 context_length_exceeded naming messages / max_tokens.
+  const long = 'The cat sat on the mat. '.repeat(400);
+  await assert.rejects(
+    client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: long }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded' &&
+      e.param === 'messages' && /maximum context length is 512 tokens/.test(e.message));
+  await assert.rejects(
+    client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4000,
+    }),
+    (e) => e.code === 'context_length_exceeded' && e.param === 'max_tokens');
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: long }),
+    (e) => e.code === 'context_length_exceeded' && e.param === 'prompt');
+});
+
+test('chat: n choices, streamed and not, numbered by index', async () => {
+  const params = {
+    model: MODEL, messages: [{ role: 'user', content: 'Once upon a time' }],
+    max_tokens: 12, temperature: 1, seed: 11, n: 2,
+  };
+  const r = await client.chat.completions.create(params);
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  const texts = ['', ''];
+  const stream = await client.chat.completions.create({ ...params, stream: true });
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) texts[c.index] += c.delta.content ?? '';
+  }
+  assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+});
+
+test('completions: an array of prompts gives one choice per prompt', async () => {
+  const one = async (prompt) => (await client.completions.create({
+    model: MODEL, prompt, max_tokens: 8, temperature: 0,
+  })).choices[0].text;
+  const a = await one('Once upon a time');
+  const b = await one('The little dog');
+  const both = await client.completions.create({
+    model: MODEL, prompt: ['Once upon a time', 'The little dog'], max_tokens: 8, temperature: 0,
+  });
+  assert.deepEqual(both.choices.map((c) => c.text), [a, b]);
+  assert.deepEqual(both.choices.map((c) => c.index), [0, 1]);
+});
+
+test('chat: parallel_tool_calls false keeps one call', async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+    tools: [weatherTool], tool_choice: 'required', parallel_tool_calls: false,
+    temperature: 0, max_completion_tokens: 60,
+  });
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r.choices[0].message.tool_calls.length, 1);
+});
+
+// Every request field of the pinned client's published schema (its TypeScript types, which
+// are generated from OpenAI's OpenAPI spec) is either honoured or refused with its own reason,
+// and docs/SERVER.md says which.
+function schemaFields(dts, iface) {
+  const text = readFileSync(new URL(`./node_modules/openai/${dts}`, import.meta.url), 'utf8');
+  const start = text.indexOf(`export interface ${iface} {`);
+  assert.ok(start >= 0, `${iface} not found in ${dts}`);
+  const fields = [];
+  let depth = 0;
+  for (const line of text.slice(start).split('\n')) {
+    if (depth === 1) {
+      const m = line.match(/^ {4}([a-z_]+)\??:/);
+      if (m) fields.push(m[1]);
+    }
+    depth += (line.match(/{/g) ?? []).length - (line.match(/}/g) ?? []).length;
+    if (depth === 0 && fields.length > 0) break;
+  }
+  return fields;
+}
+
+function docVerdicts(endpoint) {
+  const doc = readFileSync(new URL('../../../docs/SERVER.md', import.meta.url), 'utf8');
+  const at = doc.indexOf(`<!-- fields: ${endpoint} -->`);
+  assert.ok(at >= 0, `docs/SERVER.md has no field table for ${endpoint}`);
+  const verdicts = {};
+  for (const line of doc.slice(at).split('\n').slice(1)) {
+    if (!line.startsWith('|')) {
+      if (Object.keys(verdicts).length > 0) break;
+      continue;
+    }
+    const m = line.match(/^\| `([a-z_]+)` \| (honoured|accepted|template|refused) \|/);
+    if (m) verdicts[m[1]] = m[2];
+  }
+  return verdicts;
+}
+
+const chatSamples = {
+  messages: null, model: null,
+  audio: { voice: 'alloy', format: 'wav' },
+  frequency_penalty: 0.5,
+  function_call: 'auto',
+  functions: [{ name: 'f', parameters: { type: 'object' } }],
+  logit_bias: { 5: 1 },
+  logprobs: true,
+  max_completion_tokens: 3,
+  max_tokens: 3,
+  metadata: { team: 'a' },
+  modalities: ['text'],
+  moderation: { model: 'omni-moderation-latest' },
+  n: 2,
+  parallel_tool_calls: false,
+  prediction: { type: 'content', content: 'Once upon a time' },
+  presence_penalty: 0.5,
+  prompt_cache_key: 'conversation-1',
+  prompt_cache_options: { mode: 'explicit' },
+  prompt_cache_retention: 'in_memory',
+  reasoning_effort: 'low',
+  response_format: { type: 'json_object' },
+  safety_identifier: 'user-hash',
+  seed: 1,
+  service_tier: 'flex',
+  stop: ['.'],
+  store: false,
+  stream: true,
+  stream_options: { include_usage: true, include_obfuscation: true },
+  temperature: 0.5,
+  tool_choice: 'none',
+  tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+  top_logprobs: 2,
+  top_p: 0.9,
+  user: 'u1',
+  verbosity: 'low',
+  web_search_options: {},
+};
+const completionSamples = {
+  model: null, prompt: null,
+  best_of: 1, echo: true, frequency_penalty: 0.5, logit_bias: { 5: 1 }, logprobs: 2,
+  max_tokens: 3, n: 2, presence_penalty: 0.5, seed: 1, stop: ['.'], stream: true,
+  stream_options: { include_usage: true }, suffix: ' The end.', temperature: 0.5, top_p: 0.9,
+  user: 'u1',
+};
+// Fields that only make sense with another one.
+const companions = { stream_options: { stream: true }, top_logprobs: { logprobs: true } };
+
+async function walk(endpoint, fields, samples, base) {
+  const verdicts = docVerdicts(endpoint);
+  for (const field of fields) {
+    assert.ok(field in samples, `${endpoint}: schema field '${field}' has no sample here`);
+    assert.ok(field in verdicts, `${endpoint}: docs/SERVER.md has no row for '${field}'`);
+    if (samples[field] === null) continue;  // the base request has it
+    const body = { ...base, ...(companions[field] ?? {}), [field]: samples[field] };
+    const r = await fetch(`${baseURL}/v1/${endpoint}`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    });
+    const text = await r.text();
+    // stories260K's template (ChatML) reads no reasoning or verbosity variable.
+    const refusedHere = verdicts[field] === 'refused' || verdicts[field] === 'template';
+    if (refusedHere) {
+      assert.equal(r.status, 400, `${field}: ${text}`);
+      const e = JSON.parse(text).error;
+      assert.ok(e.param === field || e.param.startsWith(`${field}.`), `${field}: ${text}`);
+      assert.ok(['unsupported_field', 'unsupported_value'].includes(e.code), `${field}: ${text}`);
+      assert.match(e.message, /not supported/, field);
+      if (verdicts[field] === 'template') assert.match(e.message, /chat template/, field);
+    } else {
+      assert.equal(r.status, 200, `${field}: ${text}`);
+    }
+  }
+}
+
+test('every field of the published request schemas is honoured or refused with a reason', async () => {
+  const chatFields = schemaFields('resources/chat/completions/completions.d.ts',
+    'ChatCompletionCreateParamsBase');
+  const completionFields = schemaFields('resources/completions.d.ts', 'CompletionCreateParamsBase');
+  assert.ok(chatFields.length >= 30, chatFields.join());
+  assert.ok(completionFields.length >= 15, completionFields.join());
+  await walk('chat/completions', chatFields, chatSamples, {
+    model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3,
+  });
+  await walk('completions', completionFields, completionSamples, {
+    model: MODEL, prompt: 'Once upon a time', max_tokens: 3,
+  });
 });
 
 test('chat: streamed logprobs per chunk, the stream helper collects them', async () => {

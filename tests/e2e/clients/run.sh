@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest entry for the OpenAI-client e2e tests: skips (exit 77) when Node.js or the npm modules
+# ctest entry for the client e2e tests (the OpenAI and Ollama JavaScript clients, a browser): skips (exit 77) when Node.js or the npm modules
 # are missing on a user's machine, fails under CI=true. Modules come from `npm ci` in this
 # directory (scripts/test.sh runs it).
 set -uo pipefail
@@ -16,7 +16,9 @@ skip() {
 if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../../.. && pwd)/../shared"; fi
 export POWER_SHARED_DIR
 command -v node >/dev/null || skip "node not found"
-[[ -d node_modules/openai ]] || skip "node_modules missing (run: npm ci in tests/e2e/openai)"
+for m in openai ollama playwright-core; do
+  [[ -d node_modules/$m ]] || skip "node_modules/$m missing (run: npm ci in tests/e2e/clients)"
+done
 [[ -f "${POWER_SHARED_DIR:-}/models/stories260K/stories260K-F32.gguf" ]] ||
   skip "stories260K not found under POWER_SHARED_DIR=${POWER_SHARED_DIR:-}"
-exec node --test --test-concurrency=1 openai.test.mjs
+exec node --test --test-concurrency=1 openai.test.mjs ollama.test.mjs browser.test.mjs
