@@ -34,7 +34,7 @@ Result<spec::Mode> resolve_mode(spec::Mode asked, bool have_draft_model, bool ha
       if (!have_draft_model) {
         return Status(StatusCode::kInvalidArgument,
                       "speculative mode 'draft' needs a draft model loaded with the target "
-                      "(LoadOptions::draft_model, --draft-model FILE)");
+                      "model");
       }
       return asked;
     case spec::Mode::kMtp: {

@@ -85,9 +85,9 @@ Status validate_cors_origin(std::string_view entry) {
   if (entry == "*") return Status();
   Origin o;
   if (!split_origin(entry, &o)) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("--cors-origin '{}' is not '*' or scheme://host[:port] (no path)",
-                              entry));
+    return Status(
+        StatusCode::kInvalidArgument,
+        fmt::format("--cors-origin '{}' is not '*' or scheme://host[:port] (no path)", entry));
   }
   return Status();
 }

@@ -3,6 +3,10 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/format.h>
+
+#include "server/openai_mapping.h"
+
 namespace power {
 namespace {
 
@@ -138,13 +142,22 @@ std::variant<json, OpenAiError> run_openai_embeddings(const json& body, Embeddin
   auto res = model.embed(req);
   if (!res.ok()) {
     const Status& st = res.status();
-    OpenAiError e = bad(st.to_string(), "input");
+    OpenAiError e = bad(server::status_sentence(st), "input");
     switch (st.code()) {
       case StatusCode::kInvalidArgument:
         break;
-      case StatusCode::kOutOfRange:
+      case StatusCode::kOutOfRange: {
+        // OpenAI's wording; the input is named by its index.
+        const int64_t n_ctx = server::status_context_number(st, "n_ctx");
+        const int64_t tokens = server::status_context_number(st, "tokens");
+        const int64_t input = server::status_context_number(st, "input");
+        e.message = fmt::format(
+            "This model's maximum context length is {} tokens, however "
+            "input[{}] has {} tokens. Please reduce the length of the input.",
+            n_ctx, input, tokens);
         e.code = "context_length_exceeded";
         break;
+      }
       case StatusCode::kQueueFull:
         e.http_status = 503;
         e.type = "server_error";

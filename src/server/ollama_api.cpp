@@ -30,11 +30,14 @@ struct OError {
   std::string reason = "invalid_request";  // the metrics label
 };
 
-OError bad(std::string message) { return OError{400, std::move(message)}; }
+OError bad(std::string message) {
+  return OError{400, std::move(message)};
+}
 
 OError from_status(const Status& st) {
   OError e;
-  e.message = st.context().empty() ? st.message() : fmt::format("{} ({})", st.message(), st.context());
+  e.message =
+      st.context().empty() ? st.message() : fmt::format("{} ({})", st.message(), st.context());
   switch (st.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
@@ -86,11 +89,11 @@ std::string rfc3339_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   std::tm tm{};
   gmtime_r(&t, &tm);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch())
-                      .count() %
-                  1000000;
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, us);
 }
 
 std::string rfc3339(int64_t unix_s) {
@@ -135,8 +138,8 @@ std::optional<OError> number(const json& v, const std::string& name, double lo, 
 
 std::optional<OError> integer(const json& v, const std::string& name, int64_t lo, int64_t hi,
                               int64_t* out) {
-  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) ==
-                                                              v.get<double>())) {
+  if (!v.is_number_integer() &&
+      !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
     return bad(fmt::format("option '{}' must be an integer", name));
   }
   const double d = v.get<double>();
@@ -205,10 +208,11 @@ std::optional<OError> apply_options(const json* options, const ModelInfo& info,
     } else if (key == "num_ctx") {
       if (auto e = integer(v, key, 1, std::numeric_limits<int32_t>::max(), &i)) return e;
       if (i > info.n_ctx) {
-        return bad(fmt::format("option 'num_ctx' is {} but the model was loaded with a context "
-                               "of {} tokens; the context is fixed when the model is loaded "
-                               "(power serve --ctx)",
-                               i, info.n_ctx));
+        return bad(
+            fmt::format("option 'num_ctx' is {} but the model was loaded with a context "
+                        "of {} tokens; the context is fixed when the model is loaded "
+                        "(power serve --ctx)",
+                        i, info.n_ctx));
       }
     } else if (key == "stop") {
       if (!v.is_array()) return bad("option 'stop' must be an array of strings");
@@ -221,9 +225,10 @@ std::optional<OError> apply_options(const json* options, const ModelInfo& info,
     } else if (key == "typical_p" || key == "tfs_z") {
       if (auto e = number(v, key, 0, 1, &d)) return e;
       if (d != 1.0) {
-        return bad(fmt::format("option '{}' is not supported: Power's sampler has no {} "
-                               "sampling (1.0, off, is accepted)",
-                               key, key == "typical_p" ? "locally typical" : "tail-free"));
+        return bad(
+            fmt::format("option '{}' is not supported: Power's sampler has no {} "
+                        "sampling (1.0, off, is accepted)",
+                        key, key == "typical_p" ? "locally typical" : "tail-free"));
       }
     } else if (key == "mirostat") {
       if (auto e = integer(v, key, 0, 2, &i)) return e;
@@ -232,20 +237,22 @@ std::optional<OError> apply_options(const json* options, const ModelInfo& info,
       if (auto e = number(v, key, 0, 100, &d)) return e;  // inert without mirostat
     } else if (key == "penalize_newline") {
       if (!v.is_boolean() || !v.get<bool>()) {
-        return bad("option 'penalize_newline' can only be true: the repeat penalty applies to "
-                   "every token");
+        return bad(
+            "option 'penalize_newline' can only be true: the repeat penalty applies to "
+            "every token");
       }
     } else if (key == "num_keep") {
       if (auto e = integer(v, key, -1, std::numeric_limits<int32_t>::max(), &i)) return e;
       // Ollama keeps these tokens when it shifts a full context; Power never shifts or
       // truncates a prompt (a request that does not fit is refused), so nothing is dropped.
-    } else if (key == "num_thread" || key == "num_gpu" || key == "main_gpu" ||
-               key == "num_batch" || key == "use_mmap" || key == "use_mlock" || key == "numa" ||
-               key == "low_vram" || key == "f16_kv" || key == "vocab_only") {
-      return bad(fmt::format("option '{}' is not supported per request: threads, devices, "
-                             "batching and memory mapping are set when the model is loaded "
-                             "(power serve --threads, --max-running, ...)",
-                             key));
+    } else if (key == "num_thread" || key == "num_gpu" || key == "main_gpu" || key == "num_batch" ||
+               key == "use_mmap" || key == "use_mlock" || key == "numa" || key == "low_vram" ||
+               key == "f16_kv" || key == "vocab_only") {
+      return bad(
+          fmt::format("option '{}' is not supported per request: threads, devices, "
+                      "batching and memory mapping are set when the model is loaded "
+                      "(power serve --threads, --max-running, ...)",
+                      key));
     } else {
       return bad(fmt::format("unknown option '{}'", key));
     }
@@ -303,8 +310,7 @@ std::optional<OError> apply_think(const json* think, const LoadedModel& model, G
   std::string level;
   if (think->is_boolean()) {
     level = think->get<bool>() ? "medium" : "none";
-  } else if (think->is_string() &&
-             (*think == "low" || *think == "medium" || *think == "high")) {
+  } else if (think->is_string() && (*think == "low" || *think == "medium" || *think == "high")) {
     level = think->get<std::string>();
   } else {
     return bad("'think' must be true, false, \"low\", \"medium\" or \"high\"");
@@ -316,13 +322,15 @@ std::optional<OError> apply_think(const json* think, const LoadedModel& model, G
     kwargs["enable_thinking"] = level != "none";
   } else if (source->find("reasoning_effort") != std::string::npos) {
     if (level == "none") {
-      return bad("'think' false is not supported by this model: its template sets a "
-                 "reasoning_effort but cannot switch thinking off");
+      return bad(
+          "'think' false is not supported by this model: its template sets a "
+          "reasoning_effort but cannot switch thinking off");
     }
     kwargs["reasoning_effort"] = level;
   } else {
-    return bad("'think' is not supported by this model: its chat template reads neither "
-               "enable_thinking nor reasoning_effort");
+    return bad(
+        "'think' is not supported by this model: its chat template reads neither "
+        "enable_thinking nor reasoning_effort");
   }
   r.template_kwargs_json = kwargs.dump();
   return std::nullopt;
@@ -344,8 +352,8 @@ std::optional<OError> tool_calls_to_openai(const json& calls, std::string* out) 
     o.push_back({{"id", c.value("id", fmt::format("call_{}", i))},
                  {"type", "function"},
                  {"function",
-                  {{"name", f["name"]}, {"arguments", args.is_string() ? args.get<std::string>()
-                                                                       : args.dump()}}}});
+                  {{"name", f["name"]},
+                   {"arguments", args.is_string() ? args.get<std::string>() : args.dump()}}}});
   }
   *out = o.dump();
   return std::nullopt;
@@ -421,7 +429,7 @@ void run_job(const OllamaContext& ctx, const httplib::Request& req, httplib::Res
     return j;
   };
   auto last = [chat = job.chat, name = job.model_name, t0](const Completion& c,
-                                                          const std::string& text) {
+                                                           const std::string& text) {
     json j = {{"model", name}, {"created_at", rfc3339_now()}};
     if (chat) {
       j["message"] = {{"role", "assistant"}, {"content", text}};
@@ -575,17 +583,18 @@ void handle_chat(const OllamaContext& ctx, const httplib::Request& req, httplib:
   job.model = find_or_load(ctx, job.model_name, &err);
   if (!job.model) return send_error(ctx, res, err);
   if (job.model->embedding) {
-    return send_error(ctx, res, bad(fmt::format("\"{}\" is an embedding model and cannot chat",
-                                                job.model_name)));
+    return send_error(
+        ctx, res, bad(fmt::format("\"{}\" is an embedding model and cannot chat", job.model_name)));
   }
   GenerateRequest& r = job.request;
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     const std::string where = fmt::format("messages[{}].", i);
-    if (!m.is_object()) return send_error(ctx, res, bad(fmt::format("'messages[{}]' must be an object", i)));
-    if (auto e = check_keys(m, {"role", "content", "images", "tool_calls", "tool_name",
-                                "thinking", "tool_call_id"},
-                            where)) {
+    if (!m.is_object())
+      return send_error(ctx, res, bad(fmt::format("'messages[{}]' must be an object", i)));
+    if (auto e = check_keys(
+            m, {"role", "content", "images", "tool_calls", "tool_name", "thinking", "tool_call_id"},
+            where)) {
       return send_error(ctx, res, *e);
     }
     ChatMessage msg;
@@ -595,23 +604,26 @@ void handle_chat(const OllamaContext& ctx, const httplib::Request& req, httplib:
     msg.role = m["role"].get<std::string>();
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
         msg.role != "tool") {
-      return send_error(ctx, res,
-                        bad(fmt::format("'{}role' must be system, user, assistant or tool", where)));
+      return send_error(
+          ctx, res, bad(fmt::format("'{}role' must be system, user, assistant or tool", where)));
     }
     if (const json* c = field(m, "content")) {
-      if (!c->is_string()) return send_error(ctx, res, bad(fmt::format("'{}content' must be a string", where)));
+      if (!c->is_string())
+        return send_error(ctx, res, bad(fmt::format("'{}content' must be a string", where)));
       msg.content = c->get<std::string>();
     }
     if (const json* imgs = field(m, "images"); imgs != nullptr && !imgs->empty()) {
-      return send_error(ctx, res, bad("'images' are not supported: the language models Power "
-                                      "serves take text (images go to /v1/ocr and /v1/classify)"));
+      return send_error(ctx, res,
+                        bad("'images' are not supported: the language models Power "
+                            "serves take text (images go to /v1/ocr and /v1/classify)"));
     }
     if (const json* tc = field(m, "tool_calls")) {
       if (auto e = tool_calls_to_openai(*tc, &msg.tool_calls_json)) return send_error(ctx, res, *e);
     }
     for (const char* k : {"tool_name", "tool_call_id"}) {
       if (const json* v = field(m, k)) {
-        if (!v->is_string()) return send_error(ctx, res, bad(fmt::format("'{}{}' must be a string", where, k)));
+        if (!v->is_string())
+          return send_error(ctx, res, bad(fmt::format("'{}{}' must be a string", where, k)));
         (std::string_view(k) == "tool_name" ? msg.name : msg.tool_call_id) = v->get<std::string>();
       }
     }
@@ -633,9 +645,11 @@ void handle_chat(const OllamaContext& ctx, const httplib::Request& req, httplib:
       job.tools_active = true;
     }
   }
-  if (const json* t = field(*body, "truncate"); t != nullptr && (!t->is_boolean() || t->get<bool>())) {
-    return send_error(ctx, res, bad("'truncate' can only be false: Power never truncates a "
-                                    "conversation; one that does not fit is refused"));
+  if (const json* t = field(*body, "truncate");
+      t != nullptr && (!t->is_boolean() || t->get<bool>())) {
+    return send_error(ctx, res,
+                      bad("'truncate' can only be false: Power never truncates a "
+                          "conversation; one that does not fit is refused"));
   }
   if (const json* t = field(*body, "shift"); t != nullptr && (!t->is_boolean() || t->get<bool>())) {
     return send_error(ctx, res, bad("'shift' can only be false: Power never shifts the context"));
@@ -651,9 +665,9 @@ void handle_generate(const OllamaContext& ctx, const httplib::Request& req,
                      httplib::Response& res) {
   auto body = parse(ctx, req, res);
   if (!body) return;
-  if (auto e = check_keys(*body, {"model", "prompt", "suffix", "images", "format", "options",
-                                  "system", "template", "context", "stream", "raw", "keep_alive",
-                                  "think", "truncate", "shift"})) {
+  if (auto e = check_keys(
+          *body, {"model", "prompt", "suffix", "images", "format", "options", "system", "template",
+                  "context", "stream", "raw", "keep_alive", "think", "truncate", "shift"})) {
     return send_error(ctx, res, *e);
   }
   Job job;
@@ -665,27 +679,34 @@ void handle_generate(const OllamaContext& ctx, const httplib::Request& req,
     prompt = p->get<std::string>();
   }
   if (prompt.empty()) return load_or_unload(ctx, res, false, job.model_name, unload);
-  if (const json* s = field(*body, "suffix"); s != nullptr && (!s->is_string() || !s->get<std::string>().empty())) {
-    return send_error(ctx, res, bad("'suffix' is not supported: fill-in-the-middle needs the "
-                                    "model's FIM prompt format, which Power does not build"));
+  if (const json* s = field(*body, "suffix");
+      s != nullptr && (!s->is_string() || !s->get<std::string>().empty())) {
+    return send_error(ctx, res,
+                      bad("'suffix' is not supported: fill-in-the-middle needs the "
+                          "model's FIM prompt format, which Power does not build"));
   }
   if (const json* imgs = field(*body, "images"); imgs != nullptr && !imgs->empty()) {
-    return send_error(ctx, res, bad("'images' are not supported: the language models Power "
-                                    "serves take text (images go to /v1/ocr and /v1/classify)"));
+    return send_error(ctx, res,
+                      bad("'images' are not supported: the language models Power "
+                          "serves take text (images go to /v1/ocr and /v1/classify)"));
   }
-  if (const json* t = field(*body, "template"); t != nullptr && (!t->is_string() || !t->get<std::string>().empty())) {
-    return send_error(ctx, res, bad("'template' is not supported: Power renders the model's own "
-                                    "chat template (send \"raw\": true with a formatted prompt)"));
+  if (const json* t = field(*body, "template");
+      t != nullptr && (!t->is_string() || !t->get<std::string>().empty())) {
+    return send_error(ctx, res,
+                      bad("'template' is not supported: Power renders the model's own "
+                          "chat template (send \"raw\": true with a formatted prompt)"));
   }
   if (const json* c = field(*body, "context"); c != nullptr && (!c->is_array() || !c->empty())) {
-    return send_error(ctx, res, bad("'context' is not supported: send the conversation as "
-                                    "/api/chat messages (the prefix cache reuses its KV)"));
+    return send_error(ctx, res,
+                      bad("'context' is not supported: send the conversation as "
+                          "/api/chat messages (the prefix cache reuses its KV)"));
   }
   for (const char* k : {"truncate", "shift"}) {
     if (const json* t = field(*body, k); t != nullptr && (!t->is_boolean() || t->get<bool>())) {
-      return send_error(ctx, res, bad(fmt::format("'{}' can only be false: Power never "
-                                                  "truncates or shifts a prompt",
-                                                  k)));
+      return send_error(ctx, res,
+                        bad(fmt::format("'{}' can only be false: Power never "
+                                        "truncates or shifts a prompt",
+                                        k)));
     }
   }
   bool raw = false;
@@ -698,16 +719,18 @@ void handle_generate(const OllamaContext& ctx, const httplib::Request& req,
     system = s->get<std::string>();
   }
   if (raw && !system.empty()) {
-    return send_error(ctx, res, bad("'system' does not go with 'raw': a raw prompt is sent as "
-                                    "it is"));
+    return send_error(ctx, res,
+                      bad("'system' does not go with 'raw': a raw prompt is sent as "
+                          "it is"));
   }
   OError err;
   job.model = find_or_load(ctx, job.model_name, &err);
   if (!job.model) return send_error(ctx, res, err);
   if (job.model->embedding) {
-    return send_error(ctx, res, bad(fmt::format("\"{}\" is an embedding model and cannot "
-                                                "generate",
-                                                job.model_name)));
+    return send_error(ctx, res,
+                      bad(fmt::format("\"{}\" is an embedding model and cannot "
+                                      "generate",
+                                      job.model_name)));
   }
   GenerateRequest& r = job.request;
   if (raw) {
@@ -734,24 +757,42 @@ void handle_generate(const OllamaContext& ctx, const httplib::Request& req,
 // general.file_type -> Ollama's quantization_level names (llama.cpp's LLAMA_FTYPE values).
 std::string file_type_name(int64_t t) {
   switch (t) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 7: return "Q8_0";
-    case 8: return "Q5_0";
-    case 9: return "Q5_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K_S";
-    case 12: return "Q3_K_M";
-    case 13: return "Q3_K_L";
-    case 14: return "Q4_K_S";
-    case 15: return "Q4_K_M";
-    case 16: return "Q5_K_S";
-    case 17: return "Q5_K_M";
-    case 18: return "Q6_K";
-    case 32: return "BF16";
-    default: return "unknown";
+    case 0:
+      return "F32";
+    case 1:
+      return "F16";
+    case 2:
+      return "Q4_0";
+    case 3:
+      return "Q4_1";
+    case 7:
+      return "Q8_0";
+    case 8:
+      return "Q5_0";
+    case 9:
+      return "Q5_1";
+    case 10:
+      return "Q2_K";
+    case 11:
+      return "Q3_K_S";
+    case 12:
+      return "Q3_K_M";
+    case 13:
+      return "Q3_K_L";
+    case 14:
+      return "Q4_K_S";
+    case 15:
+      return "Q4_K_M";
+    case 16:
+      return "Q5_K_S";
+    case 17:
+      return "Q5_K_M";
+    case 18:
+      return "Q6_K";
+    case 32:
+      return "BF16";
+    default:
+      return "unknown";
   }
 }
 
@@ -765,12 +806,9 @@ json model_details(const LoadedModel& m, const json& meta) {
   if (auto it = meta.find("general.size_label"); it != meta.end() && it->is_string()) {
     size = it->get<std::string>();
   }
-  return json{{"parent_model", ""},
-              {"format", "gguf"},
-              {"family", arch},
-              {"families", json::array({arch})},
-              {"parameter_size", size},
-              {"quantization_level", quant}};
+  return json{{"parent_model", ""},     {"format", "gguf"},
+              {"family", arch},         {"families", json::array({arch})},
+              {"parameter_size", size}, {"quantization_level", quant}};
 }
 
 json model_metadata(const LoadedModel& m) {
@@ -781,14 +819,11 @@ json model_metadata(const LoadedModel& m) {
 
 json tags_entry(const LoadedModel& m) {
   const json meta = model_metadata(m);
-  const uint64_t size = m.embedding ? m.embedding->info().weights_bytes : m.handle.info().weights_bytes;
+  const uint64_t size =
+      m.embedding ? m.embedding->info().weights_bytes : m.handle.info().weights_bytes;
   const std::string digest = m.embedding ? std::string() : m.handle.info().sha256;
-  return json{{"name", m.id},
-              {"model", m.id},
-              {"modified_at", rfc3339(m.created)},
-              {"size", size},
-              {"digest", digest},
-              {"details", model_details(m, meta)}};
+  return json{{"name", m.id}, {"model", m.id},    {"modified_at", rfc3339(m.created)},
+              {"size", size}, {"digest", digest}, {"details", model_details(m, meta)}};
 }
 
 void handle_show(const OllamaContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -799,7 +834,8 @@ void handle_show(const OllamaContext& ctx, const httplib::Request& req, httplib:
   }
   const json* name = field(*body, "model");
   if (name == nullptr) name = field(*body, "name");
-  if (name == nullptr || !name->is_string()) return send_error(ctx, res, bad("'model' is required"));
+  if (name == nullptr || !name->is_string())
+    return send_error(ctx, res, bad("'model' is required"));
   OError err;
   auto m = find_or_load(ctx, name->get<std::string>(), &err);
   if (!m) return send_error(ctx, res, err);
@@ -836,32 +872,37 @@ void handle_embed(const OllamaContext& ctx, const httplib::Request& req, httplib
     if (auto e = check_keys(*body, {"model", "prompt", "options", "keep_alive"})) {
       return send_error(ctx, res, *e);
     }
-  } else if (auto e = check_keys(*body, {"model", "input", "truncate", "options", "keep_alive",
-                                         "dimensions"})) {
+  } else if (auto e = check_keys(
+                 *body, {"model", "input", "truncate", "options", "keep_alive", "dimensions"})) {
     return send_error(ctx, res, *e);
   }
   const auto t0 = Clock::now();
   const json* name = field(*body, "model");
-  if (name == nullptr || !name->is_string()) return send_error(ctx, res, bad("'model' is required"));
+  if (name == nullptr || !name->is_string())
+    return send_error(ctx, res, bad("'model' is required"));
   bool unused = false;
-  if (auto e = read_keep_alive(field(*body, "keep_alive"), &unused)) return send_error(ctx, res, *e);
+  if (auto e = read_keep_alive(field(*body, "keep_alive"), &unused))
+    return send_error(ctx, res, *e);
   if (const json* o = field(*body, "options"); o != nullptr && (!o->is_object() || !o->empty())) {
-    return send_error(ctx, res, bad("'options' do not apply to embeddings (pooling and context "
-                                    "are set when the model is loaded)"));
+    return send_error(ctx, res,
+                      bad("'options' do not apply to embeddings (pooling and context "
+                          "are set when the model is loaded)"));
   }
   OError err;
   auto m = find_or_load(ctx, name->get<std::string>(), &err);
   if (!m) return send_error(ctx, res, err);
   if (!m->embedding) {
-    return send_error(ctx, res, bad(fmt::format("\"{}\" is not an embedding model; load a BERT "
-                                                "embedding model (docs/EMBEDDINGS.md)",
-                                                m->id)));
+    return send_error(ctx, res,
+                      bad(fmt::format("\"{}\" is not an embedding model; load a BERT "
+                                      "embedding model (docs/EMBEDDINGS.md)",
+                                      m->id)));
   }
   EmbedRequest er;
   int64_t dims = 0;
   if (legacy) {
     const json* p = field(*body, "prompt");
-    if (p == nullptr || !p->is_string()) return send_error(ctx, res, bad("'prompt' must be a string"));
+    if (p == nullptr || !p->is_string())
+      return send_error(ctx, res, bad("'prompt' must be a string"));
     er.texts.push_back(p->get<std::string>());
   } else {
     const json* in = field(*body, "input");
@@ -913,7 +954,8 @@ void handle_embed(const OllamaContext& ctx, const httplib::Request& req, httplib
     embeddings.push_back(v);
   }
   json j = {{"model", m->id}, {"embeddings", embeddings}};
-  j["total_duration"] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  j["total_duration"] =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   j["load_duration"] = 0;
   j["prompt_eval_count"] = out->prompt_tokens;
   res.set_content(to_wire(j), "application/json");
@@ -923,9 +965,8 @@ void handle_embed(const OllamaContext& ctx, const httplib::Request& req, httplib
 
 void register_ollama_routes(httplib::Server& s, OllamaContext ctx) {
   auto c = std::make_shared<OllamaContext>(std::move(ctx));
-  s.Post("/api/chat", [c](const httplib::Request& req, httplib::Response& res) {
-    handle_chat(*c, req, res);
-  });
+  s.Post("/api/chat",
+         [c](const httplib::Request& req, httplib::Response& res) { handle_chat(*c, req, res); });
   s.Post("/api/generate", [c](const httplib::Request& req, httplib::Response& res) {
     handle_generate(*c, req, res);
   });
@@ -934,9 +975,8 @@ void register_ollama_routes(httplib::Server& s, OllamaContext ctx) {
     for (const auto& m : c->registry.list()) models.push_back(tags_entry(*m));
     res.set_content(to_wire(json{{"models", models}}), "application/json");
   });
-  s.Post("/api/show", [c](const httplib::Request& req, httplib::Response& res) {
-    handle_show(*c, req, res);
-  });
+  s.Post("/api/show",
+         [c](const httplib::Request& req, httplib::Response& res) { handle_show(*c, req, res); });
   s.Post("/api/embed", [c](const httplib::Request& req, httplib::Response& res) {
     handle_embed(*c, req, res, /*legacy=*/false);
   });

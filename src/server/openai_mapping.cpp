@@ -28,10 +28,27 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
   return e;
 }
 
+std::string status_sentence(const Status& status) {
+  return status.context().empty() ? status.message()
+                                  : fmt::format("{} ({})", status.message(), status.context());
+}
+
+int64_t status_context_number(const Status& status, std::string_view key) {
+  const std::string& context = status.context();
+  size_t at = 0;
+  while ((at = context.find(key, at)) != std::string::npos) {
+    const bool starts = at == 0 || context[at - 1] == ' ';
+    if (starts && at + key.size() < context.size() && context[at + key.size()] == '=') {
+      return std::strtoll(context.c_str() + at + key.size() + 1, nullptr, 10);
+    }
+    at += key.size();
+  }
+  return -1;
+}
+
 ApiError error_from_status(const Status& status) {
   ApiError e;
-  e.message = status.context().empty() ? status.message()
-                                       : fmt::format("{} ({})", status.message(), status.context());
+  e.message = status_sentence(status);
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
@@ -619,12 +636,43 @@ void add_grammar_fields(FieldTable& t) {
   };
   t["tools"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     if (!v.is_array()) return bad_request("'tools' must be an array", "tools");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string name = fmt::format("tools[{}]", i);
+      if (auto e = known_keys(v[i], name, {"type", "function", "custom"})) return e;
+      const json type = v[i].value("type", json("function"));
+      if (type == "custom") {
+        return refused(name + ".type",
+                       "custom (free-form text) tools have no JSON schema to "
+                       "constrain; define the tool as a function");
+      }
+      if (type != "function") {
+        return bad_request(fmt::format("'{}.type' must be function", name), name + ".type");
+      }
+      if (v[i].contains("function")) {
+        if (auto e = known_keys(v[i]["function"], name + ".function",
+                                {"name", "description", "parameters", "strict"})) {
+          return e;
+        }
+      }
+    }
     c.out.request.tools_json = v.dump();
     return std::nullopt;
   };
   t["tool_choice"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     if (!v.is_string() && !v.is_object()) {
       return bad_request("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    if (v.is_object()) {
+      const json type = v.value("type", json());
+      if (type == "allowed_tools" || type == "custom") {
+        return refused("tool_choice", fmt::format("'{}' tool choices are not implemented; "
+                                                  "use none, auto, required or a named function",
+                                                  type.get<std::string>()));
+      }
+      if (auto e = known_keys(v, "tool_choice", {"type", "function"})) return e;
+      if (v.contains("function")) {
+        if (auto e = known_keys(v["function"], "tool_choice.function", {"name"})) return e;
+      }
     }
     c.out.request.tool_choice_json = v.dump();
     return std::nullopt;
@@ -714,7 +762,7 @@ void add_receipt_fields(FieldTable& t) {
     if (v.is_null()) return std::nullopt;
     if (!v.is_object()) return bad_request("'power_policy' must be an object", "power_policy");
     auto policy = parse_acceptance_policy(v.dump());
-    if (!policy.ok()) return bad_request(policy.status().to_string(), "power_policy");
+    if (!policy.ok()) return bad_request(status_sentence(policy.status()), "power_policy");
     c.out.request.policy = *policy;
     return std::nullopt;
   };
@@ -1126,30 +1174,13 @@ json usage_chunk(Endpoint endpoint, const ResponseMeta& meta, const Usage& u,
   return j;
 }
 
-namespace {
-
-// "key=value" out of a Status context ("a=1, b=2"); -1 when absent.
-int64_t context_number(const std::string& context, std::string_view key) {
-  size_t at = 0;
-  while ((at = context.find(key, at)) != std::string::npos) {
-    const bool starts = at == 0 || context[at - 1] == ' ';
-    if (starts && at + key.size() < context.size() && context[at + key.size()] == '=') {
-      return std::strtoll(context.c_str() + at + key.size() + 1, nullptr, 10);
-    }
-    at += key.size();
-  }
-  return -1;
-}
-
-}  // namespace
-
 std::optional<ApiError> context_length_error(const Status& status, Endpoint endpoint,
                                              bool max_tokens_given) {
   if (status.code() != StatusCode::kDoesNotFit) return std::nullopt;
-  const int64_t n_ctx = context_number(status.context(), "n_ctx");
+  const int64_t n_ctx = status_context_number(status, "n_ctx");
   if (n_ctx < 0) return std::nullopt;  // the memory budget, not the context
-  const int64_t prompt = context_number(status.context(), "prompt_tokens");
-  const int64_t completion = context_number(status.context(), "max_new_tokens");
+  const int64_t prompt = status_context_number(status, "prompt_tokens");
+  const int64_t completion = status_context_number(status, "max_new_tokens");
   const bool chat = endpoint == Endpoint::kChatCompletions;
   const char* input = chat ? "messages" : "prompt";
   ApiError e;
@@ -1161,7 +1192,7 @@ std::optional<ApiError> context_length_error(const Status& status, Endpoint endp
         "({} in the {}, {} in the completion). Please reduce the length of the {} or "
         "completion.",
         n_ctx, prompt + completion, prompt, input, completion, input);
-    e.param = max_tokens_given ? (chat ? "max_tokens" : "max_tokens") : input;
+    e.param = max_tokens_given ? "max_tokens" : input;
   } else {
     e.message = fmt::format(
         "This model's maximum context length is {} tokens. However, your {} resulted in {} "

@@ -34,6 +34,11 @@ nlohmann::json error_body(const ApiError& e);
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
 // The HTTP answer for a runtime Status (kQueueFull 429, kDeadlineExceeded 503, ...).
 ApiError error_from_status(const Status& status);
+// A Status as a sentence for a client: its message and context, without the internal code
+// name ("the prompt does not fit the context (prompt_tokens=9, n_ctx=8)").
+std::string status_sentence(const Status& status);
+// A number from a Status's context ("key=value, ..."); -1 when absent.
+int64_t status_context_number(const Status& status, std::string_view key);
 
 enum class Endpoint { kChatCompletions, kCompletions };
 

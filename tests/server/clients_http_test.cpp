@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "format/gguf.h"
 #include "server/cors.h"
 #include "server/http_test_util.h"
 #include "test_util.h"
@@ -369,6 +370,19 @@ TEST_F(ClientsServer, FieldsAreHonouredOrRefusedWithTheirReason) {
   EXPECT_EQ(re["param"], "reasoning_effort");
   EXPECT_NE(re["message"].get<std::string>().find("chat template"), std::string::npos);
   EXPECT_EQ(error_of(with("verbosity", "low"), 400)["param"], "verbosity");
+  // Tools: unknown keys inside a tool or a function are refused; custom tools and
+  // allowed_tools choices are not implemented.
+  json tool = {{"type", "function"},
+               {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}};
+  json bad_tool = tool;
+  bad_tool["function"]["frob"] = 1;
+  EXPECT_EQ(error_of(with("tools", {bad_tool}), 400)["param"], "tools[0].function.frob");
+  EXPECT_EQ(
+      error_of(with("tools", {{{"type", "custom"}, {"custom", {{"name", "x"}}}}}), 400)["code"],
+      "unsupported_field");
+  EXPECT_EQ(error_of(with("tool_choice", {{"type", "allowed_tools"}}), 400)["code"],
+            "unsupported_field");
+  EXPECT_EQ(with("tools", {tool}).status, 200);
   // Unknown keys, at the top or nested in known objects.
   EXPECT_EQ(error_of(with("frobnicate", 1), 400)["code"], "unknown_field");
   EXPECT_EQ(
@@ -411,6 +425,77 @@ TEST_F(ClientsServer, ContextOverflowIsOpenAisError) {
   s["stream"] = true;
   EXPECT_EQ(error_of(post(port_, "/v1/chat/completions", s), 400)["code"],
             "context_length_exceeded");
+}
+
+// stories260K rewritten with a chat template that reads reasoning_effort and verbosity:
+// each changes the rendered prompt, so prompt_tokens shows that the value reached it.
+class TemplateControls : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::shared_available()) return;
+    dir_ = testing::make_temp_dir("power-template");
+    auto src = GgufFile::open(testing::shared_dir() + "/models/stories260K/stories260K-F32.gguf");
+    ASSERT_TRUE(src.ok());
+    source_ = std::move(*src);
+    GgufWriter w;
+    for (const GgufKeyValue& kv : source_->metadata()) {
+      if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+    }
+    w.set("tokenizer.chat_template",
+          GgufValue::str("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                         "{% if reasoning_effort is defined and reasoning_effort == 'high' %}"
+                         " Think step by step, slowly and carefully.{% endif %}"
+                         "{% if verbosity is defined and verbosity == 'high' %}"
+                         " Tell a long story with many words.{% endif %}"));
+    for (const GgufTensor& t : source_->tensors()) {
+      ASSERT_TRUE(w.add_tensor_view(t.name, t.type, t.ne, t.bytes()).ok());
+    }
+    const std::string path = dir_ + "/stories-effort.gguf";
+    ASSERT_TRUE(w.write(path).ok());
+    ServerOptions o;
+    o.models = {path};
+    o.load.n_ctx = 256;
+    o.load.threads = 1;
+    ASSERT_TRUE(server_.start(std::move(o)).ok());
+    port_ = server_.port();
+  }
+  void TearDown() override {
+    server_.stop();
+    if (!dir_.empty()) testing::remove_tree(dir_);
+  }
+  int64_t prompt_tokens(const std::string& key, const std::string& value) {
+    json b = {{"model", "stories-effort"},
+              {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+              {"max_tokens", 1}};
+    if (!key.empty()) b[key] = value;
+    RawReply r = post(port_, "/v1/chat/completions", b);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return body_of(r)["usage"]["prompt_tokens"];
+  }
+  std::string dir_;
+  std::unique_ptr<GgufFile> source_;
+  http_test::InProcessServer server_;
+  int port_ = 0;
+};
+
+TEST_F(TemplateControls, ReasoningEffortAndVerbosityReachTheTemplate) {
+  POWER_REQUIRE_SHARED();
+  const int64_t plain = prompt_tokens("", "");
+  EXPECT_EQ(prompt_tokens("reasoning_effort", "low"), plain);
+  EXPECT_GT(prompt_tokens("reasoning_effort", "high"), plain + 5);
+  EXPECT_EQ(prompt_tokens("verbosity", "medium"), plain);
+  EXPECT_GT(prompt_tokens("verbosity", "high"), plain + 5);
+  // Ollama's think reaches the same variable ("high").
+  const json o =
+      body_of(post(port_, "/api/chat",
+                   json{{"model", "stories-effort"},
+                        {"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+                        {"think", "high"},
+                        {"options", {{"num_predict", 1}}},
+                        {"stream", false}}));
+  EXPECT_EQ(o["prompt_eval_count"], prompt_tokens("reasoning_effort", "high"));
+  EXPECT_EQ(body_of(post(port_, "/api/show", json{{"model", "stories-effort"}}))["capabilities"][1],
+            "thinking");
 }
 
 // ---- tokenizer and model details ----

@@ -108,6 +108,11 @@ TEST_F(EmbeddingsHttp, VectorsUsageAndErrors) {
   r = post(port_, "/v1/embeddings", json{{"model", "bert-mean-F16"}, {"input", lng}}.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["code"], "context_length_exceeded") << r.body.dump();
+  // OpenAI's sentence, not an internal status name.
+  const std::string msg = r.body["error"]["message"];
+  EXPECT_EQ(msg.find("out_of_range"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("maximum context length is"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("input[0]"), std::string::npos) << msg;
 }
 
 TEST_F(EmbeddingsHttp, ConcurrentClientsGetTheirOwnVectors) {
