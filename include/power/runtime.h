@@ -125,6 +125,9 @@ class ModelHandle {
   Result<std::string> detokenize(std::span<const int32_t> ids, bool render_special) const;
   // One token's bytes, as llama.cpp's token_to_piece ("" for an id outside the vocabulary).
   std::string token_piece(int32_t id) const;
+  // Fill-in-the-middle: the {prefix, suffix, middle} token ids of the vocabulary
+  // (tokenizer.ggml.fim_*_token_id), or empty when it has none.
+  std::vector<int32_t> fim_tokens() const;
   // The chat template's source text (the file's, or ChatML when it has none); loaded on first
   // use. An error when the file's template does not parse.
   Result<std::string> chat_template_source() const;

@@ -372,6 +372,15 @@ std::string ModelHandle::token_piece(int32_t id) const {
   return tok.token_to_piece(id, /*render_special=*/true);
 }
 
+std::vector<int32_t> ModelHandle::fim_tokens() const {
+  const text::SpecialTokens& sp = slots_.front()->tokenizer->special();
+  if (sp.fim_pre == text::kNoToken || sp.fim_suf == text::kNoToken ||
+      sp.fim_mid == text::kNoToken) {
+    return {};
+  }
+  return {sp.fim_pre, sp.fim_suf, sp.fim_mid};
+}
+
 Result<std::string> ModelHandle::chat_template_source() const {
   ModelSlot& m = *slots_.front();
   std::lock_guard<std::mutex> lk(m.mu);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,12 @@
 #include "server/connection_watch.h"
 #include "server/openai_mapping.h"
 #include "server/tool_stream.h"
+
+#if POWER_WITH_STORE
+#include "store/layout.h"
+#include "store/manifest.h"
+#include "store/models.h"
+#endif
 
 namespace power::server {
 
@@ -972,7 +979,34 @@ void register_ollama_routes(httplib::Server& s, OllamaContext ctx) {
   });
   s.Get("/api/tags", [c](const httplib::Request&, httplib::Response& res) {
     json models = json::array();
-    for (const auto& m : c->registry.list()) models.push_back(tags_entry(*m));
+    std::set<std::string> listed;
+    for (const auto& m : c->registry.list()) {
+      models.push_back(tags_entry(*m));
+      listed.insert(m->id);
+    }
+#if POWER_WITH_STORE
+    // The store's models too (what Ollama lists): loaded on first use.
+    auto layout = c->opts.store_home.empty() ? store::StoreLayout::open_default()
+                                             : store::StoreLayout::open(c->opts.store_home);
+    if (layout.ok()) {
+      auto entries = store::list_manifests(*layout);
+      for (const store::ManifestEntry& e :
+           entries.ok() ? *entries : std::vector<store::ManifestEntry>{}) {
+        if (!e.manifest || listed.count(e.name) != 0) continue;
+        const store::ManifestPart* part = e.manifest->part_with_role("model");
+        if (part == nullptr && !e.manifest->parts.empty()) part = &e.manifest->parts.front();
+        json details = {{"parent_model", ""},   {"format", e.manifest->format},
+                        {"family", ""},         {"families", json::array()},
+                        {"parameter_size", ""}, {"quantization_level", ""}};
+        models.push_back({{"name", e.name},
+                          {"model", e.name},
+                          {"modified_at", e.manifest->created},
+                          {"size", e.manifest->size_bytes()},
+                          {"digest", part != nullptr ? store::digest_string(part->digest) : ""},
+                          {"details", details}});
+      }
+    }
+#endif
     res.set_content(to_wire(json{{"models", models}}), "application/json");
   });
   s.Post("/api/show",

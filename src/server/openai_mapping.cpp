@@ -196,6 +196,7 @@ struct MapContext {
   bool max_tokens_given = false;
   bool stream_options_given = false;
   bool input_given = false;
+  std::string functions_json, function_call_json;  // the deprecated function calling
   bool best_of_given = false;
   int64_t best_of = 1;
   int top_logprobs = -1;  // top_logprobs as given (applied after the loop: needs logprobs)
@@ -286,9 +287,29 @@ void add_identity_fields(FieldTable& t) {
     return std::nullopt;
   };
   t["prompt_cache_options"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
-    return refused("prompt_cache_options",
-                   "the prefix cache places no explicit breakpoints; every full KV block of a "
-                   "prompt is cached automatically");
+    // Power's prefix cache is the implicit kind: every full KV block of a prompt, evicted
+    // least recently used. Explicit breakpoints and a guaranteed lifetime it cannot give.
+    if (auto e = known_keys(v, "prompt_cache_options", {"mode", "ttl"})) return e;
+    if (v.contains("ttl") && !v["ttl"].is_null()) {
+      return refused("prompt_cache_options",
+                     "the prefix cache evicts least recently used "
+                     "blocks when memory is needed and cannot promise "
+                     "a lifetime ('ttl')");
+    }
+    std::string mode = "implicit";
+    if (v.contains("mode") && !v["mode"].is_null()) {
+      if (auto e =
+              read_enum(v["mode"], "prompt_cache_options.mode", {"implicit", "explicit"}, &mode)) {
+        return e;
+      }
+    }
+    if (mode == "explicit") {
+      return refused("prompt_cache_options",
+                     "the prefix cache places no explicit breakpoints; "
+                     "every full KV block of a prompt is cached "
+                     "automatically ('implicit')");
+    }
+    return std::nullopt;
   };
 }
 
@@ -356,10 +377,12 @@ void add_chat_input_fields(FieldTable& t) {
           msg.role = value.get<std::string>();
           // OpenAI's newer name for system instructions.
           if (msg.role == "developer") msg.role = "system";
+          // The deprecated function-calling result turn: a tool turn named by the function.
+          if (msg.role == "function") msg.role = "tool";
           if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
               msg.role != "tool") {
             return bad_request(fmt::format("'{}.role' must be system, developer, user, "
-                                           "assistant or tool, not '{}'",
+                                           "assistant, tool or function, not '{}'",
                                            name, value.get<std::string>()),
                                name + ".role");
           }
@@ -384,9 +407,23 @@ void add_chat_input_fields(FieldTable& t) {
           return refused(name + ".audio",
                          "Power generates no audio, so no earlier audio reply "
                          "can be referenced");
-        } else if (key == "function_call") {
-          return refused(name + ".function_call",
-                         "the deprecated function-calling form; send the call in 'tool_calls'");
+        } else if (key == "function_call") {  // the deprecated form of one tool call
+          if (auto e = known_keys(value, name + ".function_call", {"name", "arguments"})) {
+            return e;
+          }
+          if (!value.contains("name") || !value["name"].is_string()) {
+            return bad_request(fmt::format("'{}.function_call.name' must be a string", name),
+                               name + ".function_call.name");
+          }
+          const json args = value.value("arguments", json("{}"));
+          msg.tool_calls_json =
+              json::array({{{"id", "call_0"},
+                            {"type", "function"},
+                            {"function",
+                             {{"name", value["name"]},
+                              {"arguments", args.is_string() ? args : json(args.dump())}}}}})
+                  .dump();
+          has_content = true;
         } else if (key == "tool_call_id" || key == "name") {
           if (!value.is_string()) {
             return bad_request(fmt::format("'{}.{}' must be a string", name, key),
@@ -463,12 +500,10 @@ void add_completion_input_fields(FieldTable& t) {
     c.best_of_given = true;
     return std::nullopt;
   };
-  t["suffix"] = [](const json& v, MapContext&) -> std::optional<ApiError> {
-    if (!v.is_string()) return bad_request("'suffix' must be a string", "suffix");
-    if (v.get<std::string>().empty()) return std::nullopt;  // no suffix: nothing to insert
-    return refused("suffix",
-                   "fill-in-the-middle (text after the insertion point) needs the "
-                   "model's FIM prompt format, which Power does not build");
+  // Fill-in-the-middle: the server builds the model's FIM prompt (prefix, suffix, middle
+  // tokens); a model whose vocabulary has none refuses it there.
+  t["suffix"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_string(v, "suffix", &c.out.suffix);
   };
 }
 
@@ -680,13 +715,34 @@ void add_grammar_fields(FieldTable& t) {
   t["parallel_tool_calls"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     return read_bool(v, "parallel_tool_calls", &c.out.request.parallel_tool_calls);
   };
-  t["functions"] = [](const json&, MapContext&) -> std::optional<ApiError> {
-    return refused("functions",
-                   "the deprecated form of 'tools'; send "
-                   "tools: [{type: 'function', function: {...}}]");
+  // The deprecated function calling, mapped onto tools: functions [{name, description,
+  // parameters}] -> tools; function_call "none" | "auto" | {name} -> tool_choice. Replies use
+  // the old shape (message.function_call, finish_reason "function_call").
+  t["functions"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (!v.is_array() || v.empty()) {
+      return bad_request("'functions' must be a non-empty array", "functions");
+    }
+    json tools = json::array();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string name = fmt::format("functions[{}]", i);
+      if (auto e = known_keys(v[i], name, {"name", "description", "parameters"})) return e;
+      tools.push_back({{"type", "function"}, {"function", v[i]}});
+    }
+    c.functions_json = tools.dump();
+    return std::nullopt;
   };
-  t["function_call"] = [](const json&, MapContext&) -> std::optional<ApiError> {
-    return refused("function_call", "the deprecated form of 'tool_choice'; send tool_choice");
+  t["function_call"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    if (v.is_string() && (v == "none" || v == "auto")) {
+      c.function_call_json = v.dump();
+      return std::nullopt;
+    }
+    if (auto e = known_keys(v, "function_call", {"name"})) return e;
+    if (!v.contains("name") || !v["name"].is_string()) {
+      return bad_request("'function_call' must be \"none\", \"auto\" or {\"name\": ...}",
+                         "function_call");
+    }
+    c.function_call_json = json{{"type", "function"}, {"function", {{"name", v["name"]}}}}.dump();
+    return std::nullopt;
   };
   t["logprobs"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     if (!v.is_boolean()) return bad_request("'logprobs' must be a boolean", "logprobs");
@@ -904,21 +960,41 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
     }
     req.top_logprobs = ctx.top_logprobs;
   }
+  if (!ctx.function_call_json.empty() && ctx.functions_json.empty()) {
+    r.error = bad_request("'function_call' needs 'functions'", "function_call");
+    return r;
+  }
+  if (!ctx.functions_json.empty()) {
+    if (!req.tools_json.empty() || !req.tool_choice_json.empty()) {
+      r.error = bad_request(
+          "'functions' (deprecated) does not go with 'tools' or "
+          "'tool_choice'",
+          "functions");
+      return r;
+    }
+    req.tools_json = ctx.functions_json;
+    req.tool_choice_json = ctx.function_call_json;
+    req.parallel_tool_calls = false;  // the old form returns one call
+    r.mapped.legacy_functions = true;
+  }
   // Streams carry logprobs per chunk and tool calls as delta.tool_calls (docs/SERVER.md).
   if (!req.tools_json.empty() && req.tool_choice_json != "\"none\"") {
     r.mapped.tools_active = true;
     r.mapped.tool_call_forced = !req.tool_choice_json.empty() && req.tool_choice_json != "\"auto\"";
   }
-  if (ctx.best_of_given && ctx.best_of != r.mapped.n) {
-    if (ctx.best_of < r.mapped.n) {
-      r.error = bad_request("'best_of' must be at least 'n'", "best_of");
-    } else {
-      r.error = refused("best_of",
-                        "returning the best n of more candidates ranks hidden "
-                        "completions by log-probability, which Power does not do; "
-                        "ask for n choices (best_of equal to n) and rank them");
-    }
+  if (ctx.best_of_given && ctx.best_of < r.mapped.n) {
+    r.error = bad_request("'best_of' must be at least 'n'", "best_of");
     return r;
+  }
+  if (ctx.best_of_given && ctx.best_of > r.mapped.n) {
+    if (r.mapped.stream) {
+      r.error = bad_request(
+          "'best_of' above 'n' cannot be streamed: the best are known only "
+          "when every candidate is complete",
+          "best_of");
+      return r;
+    }
+    r.mapped.best_of = static_cast<int>(ctx.best_of);
   }
   if (r.mapped.echo && req.top_logprobs >= 0) {
     r.error = refused("echo",
@@ -926,10 +1002,11 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
                       "which completions do not compute");
     return r;
   }
-  const size_t n_choices =
-      static_cast<size_t>(r.mapped.n) * std::max<size_t>(1, r.mapped.prompts.size());
+  const size_t n_choices = static_cast<size_t>(std::max(r.mapped.n, r.mapped.best_of)) *
+                           std::max<size_t>(1, r.mapped.prompts.size());
   if (n_choices > 128) {
-    r.error = bad_request("n times the number of prompts must be at most 128", "n");
+    r.error = bad_request("n (or best_of) times the number of prompts must be at most 128",
+                          r.mapped.best_of > 0 ? "best_of" : "n");
     return r;
   }
   if (n_choices > 1 && req.want_receipt) {
@@ -951,8 +1028,8 @@ MapResult map_request(Endpoint endpoint, const json& body, const ModelInfo& mode
   return r;
 }
 
-std::string finish_reason(const Completion& c) {
-  if (!c.tool_calls.empty()) return "tool_calls";
+std::string finish_reason(const Completion& c, bool legacy_functions) {
+  if (!c.tool_calls.empty()) return legacy_functions ? "function_call" : "tool_calls";
   return c.finish == Finish::kStop ? "stop" : "length";
 }
 
@@ -1036,8 +1113,12 @@ json chat_response(const ResponseMeta& meta, const std::vector<Completion>& comp
     json choice = {{"index", i},
                    {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
                    {"logprobs", nullptr},
-                   {"finish_reason", finish_reason(c)}};
-    if (!c.tool_calls.empty()) {
+                   {"finish_reason", finish_reason(c, meta.legacy_functions)}};
+    if (!c.tool_calls.empty() && meta.legacy_functions) {
+      const ToolCall& tc = c.tool_calls.front();  // the deprecated form carries one call
+      choice["message"]["function_call"] = {{"name", tc.name}, {"arguments", tc.arguments_json}};
+      if (c.text.empty()) choice["message"]["content"] = nullptr;
+    } else if (!c.tool_calls.empty()) {
       json calls = json::array();
       for (const ToolCall& tc : c.tool_calls) {
         calls.push_back({{"id", tc.id},
@@ -1146,6 +1227,29 @@ std::vector<json> tool_call_chunks(const ResponseMeta& meta, int index,
     if (with_usage_null) j["usage"] = nullptr;
     out.push_back(std::move(j));
   };
+  if (meta.legacy_functions && !calls.empty()) {  // delta.function_call, one call
+    auto fchunk = [&](json fc) {
+      json choice = {{"index", index},
+                     {"delta", {{"function_call", std::move(fc)}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}};
+      if (out.empty() && logprobs != nullptr) choice["logprobs"] = *logprobs;
+      json j = {{"id", meta.id},
+                {"object", "chat.completion.chunk"},
+                {"created", meta.created},
+                {"model", meta.model},
+                {"choices", json::array({std::move(choice)})}};
+      if (with_usage_null) j["usage"] = nullptr;
+      out.push_back(std::move(j));
+    };
+    const ToolCall& tc = calls.front();
+    fchunk({{"name", tc.name}, {"arguments", ""}});
+    constexpr size_t kFragment = 32;
+    for (size_t at = 0; at < tc.arguments_json.size(); at += kFragment) {
+      fchunk({{"arguments", tc.arguments_json.substr(at, kFragment)}});
+    }
+    return out;
+  }
   for (size_t i = 0; i < calls.size(); ++i) {
     const ToolCall& tc = calls[i];
     chunk({{"index", i},

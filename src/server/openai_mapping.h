@@ -58,11 +58,16 @@ struct MappedRequest {
   // Choices per prompt (n), and /v1/completions' prompts (one or more; empty for chat). The
   // reply has prompts.size() * n choices, choice index = prompt * n + j.
   int n = 1;
+  // completions' best_of when above n: that many candidates per prompt, the n with the
+  // highest mean token log-probability returned (0: no ranking).
+  int best_of = 0;
   std::vector<PromptInput> prompts;
   bool max_tokens_given = false;
-  bool echo = false;         // completions: the prompt text before each choice's text
-  std::string service_tier;  // as asked ("" when not): the reply names the tier used
-  bool prediction = false;   // a prediction was given: usage reports its accepted tokens
+  std::string suffix;             // completions: text after the insertion point (FIM)
+  bool echo = false;              // completions: the prompt text before each choice's text
+  std::string service_tier;       // as asked ("" when not): the reply names the tier used
+  bool prediction = false;        // a prediction was given: usage reports its accepted tokens
+  bool legacy_functions = false;  // `functions` / `function_call` (mapped onto tools)
   // reasoning_effort / verbosity as asked: applied through the chat template, which must
   // read them (the server checks the template; docs/SERVER.md).
   std::string reasoning_effort, verbosity;
@@ -92,9 +97,13 @@ struct ResponseMeta {
   std::string model;
   std::string service_tier;  // "" when the request did not name one (then not in the reply)
   bool prediction = false;   // usage.completion_tokens_details.*_prediction_tokens
+  // The request used the deprecated `functions`: a call comes back as message.function_call
+  // (delta.function_call when streamed) with finish_reason "function_call".
+  bool legacy_functions = false;
 };
 
-std::string finish_reason(const Completion& c);  // "stop", "length" or "tool_calls"
+// "stop", "length", "tool_calls" (or "function_call" for the deprecated functions).
+std::string finish_reason(const Completion& c, bool legacy_functions = false);
 // `spec` (when given, with meta.prediction) fills completion_tokens_details'
 // accepted_prediction_tokens / rejected_prediction_tokens.
 nlohmann::json usage_json(const Usage& u, const SpeculativeUsage* spec = nullptr);

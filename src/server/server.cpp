@@ -4,9 +4,11 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <optional>
 #include <random>
 #include <set>
@@ -194,6 +196,32 @@ struct Server::Impl {
   void register_routes();
 };
 
+// Of each prompt's `group` candidates, the n with the highest mean token log-probability (in
+// that order), as OpenAI's best_of; their logprobs are dropped unless the client asked.
+static std::vector<Completion> best_of_n(std::vector<Completion> all, int group, int n,
+                                         bool keep_logprobs) {
+  std::vector<Completion> out;
+  for (size_t start = 0; start < all.size(); start += static_cast<size_t>(group)) {
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = start; i < start + static_cast<size_t>(group) && i < all.size(); ++i) {
+      double sum = 0;
+      for (const TokenLogprobs& lp : all[i].logprobs) sum += lp.chosen.logprob;
+      const double mean = all[i].logprobs.empty()
+                              ? -std::numeric_limits<double>::infinity()
+                              : sum / static_cast<double>(all[i].logprobs.size());
+      ranked.emplace_back(mean, i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int j = 0; j < n && j < static_cast<int>(ranked.size()); ++j) {
+      Completion c = std::move(all[ranked[static_cast<size_t>(j)].second]);
+      if (!keep_logprobs) c.logprobs.clear();
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 static std::string obfuscation_pad() {
   // stream_options.include_obfuscation: random characters of random length on every delta,
   // so the sizes of encrypted chunks do not give away the tokens' lengths.
@@ -296,6 +324,7 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   meta.model = model->id;
   meta.service_tier = m.service_tier;
   meta.prediction = m.prediction;
+  meta.legacy_functions = m.legacy_functions;
   GenerateRequest base = std::move(mapped.mapped.request);
   if (auto e = apply_template_controls(m, *model, base)) return send_error(res, *e);
   if (opts.queue_timeout_s > 0) {
@@ -305,15 +334,44 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   // (so they reuse its prompt KV). Each choice samples with its own seed.
   std::vector<PromptInput> prompts = m.prompts;
   if (prompts.empty()) prompts.push_back({base.prompt, base.prompt_tokens});
+  if (!m.suffix.empty()) {
+    // Fill-in-the-middle, as llama.cpp's infill: [BOS] FIM_PRE prompt FIM_SUF suffix FIM_MID.
+    const std::vector<int32_t> fim = model->handle.fim_tokens();
+    if (fim.empty()) {
+      return send_error(res, bad_request("'suffix' is not supported by this model: its "
+                                         "vocabulary has no fill-in-the-middle tokens",
+                                         "suffix", "unsupported_value"));
+    }
+    const std::vector<int32_t> suffix = model->handle.tokenize(m.suffix, false);
+    for (PromptInput& p : prompts) {
+      std::vector<int32_t> ids = model->handle.tokenize("", true);  // BOS when the model adds one
+      ids.push_back(fim[0]);
+      if (p.tokens.empty()) {
+        const std::vector<int32_t> t = model->handle.tokenize(p.text, false);
+        ids.insert(ids.end(), t.begin(), t.end());
+      } else {
+        ids.insert(ids.end(), p.tokens.begin(), p.tokens.end());
+      }
+      ids.push_back(fim[1]);
+      ids.insert(ids.end(), suffix.begin(), suffix.end());
+      ids.push_back(fim[2]);
+      p.tokens = std::move(ids);  // echo still shows the prompt text
+    }
+  }
   std::vector<GenerateRequest> requests;
   std::vector<int> leader;
   std::vector<std::string> echo_prefixes;
+  // best_of above n: more candidates, ranked by mean token log-probability (so logprobs are
+  // collected for them, and dropped again unless asked for).
+  const int per_prompt = std::max(m.n, m.best_of);
+  const bool user_logprobs = base.top_logprobs >= 0;
+  if (m.best_of > 0 && !user_logprobs) base.top_logprobs = 0;
   for (const PromptInput& p : prompts) {
     const int lead = static_cast<int>(requests.size());
-    for (int j = 0; j < m.n; ++j) {
+    for (int j = 0; j < per_prompt; ++j) {
       GenerateRequest r = base;
       if (endpoint == Endpoint::kCompletions) {
-        r.prompt = p.text;
+        r.prompt = p.tokens.empty() ? p.text : std::string();
         r.prompt_tokens = p.tokens;
       }
       r.sampling.seed = base.sampling.seed + static_cast<uint64_t>(j);
@@ -345,7 +403,17 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   if (st.ok()) st = gen->first_error();
   if (!st.ok()) return send_error(res, api_error(st));
   std::vector<Completion> all = gen->take_completions();
-  const Usage usage = combined_usage(all, m.n);
+  const Usage usage = combined_usage(all, per_prompt);
+  if (m.best_of > 0) {
+    all = best_of_n(std::move(all), per_prompt, m.n, user_logprobs);
+    if (!echo_prefixes.empty()) {  // one prefix per returned choice
+      std::vector<std::string> kept;
+      for (size_t i = 0; i < all.size(); ++i) {
+        kept.push_back(echo_prefixes[(i / static_cast<size_t>(m.n)) * per_prompt]);
+      }
+      echo_prefixes = std::move(kept);
+    }
+  }
   json answer = endpoint == Endpoint::kChatCompletions
                     ? chat_response(meta, all, usage)
                     : completion_response(meta, all, usage, echo_prefixes);
@@ -441,7 +509,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
           }
           // Tokens whose text never went out (a matched stop string): their logprobs still do.
           if (want_logprobs && !cs[i].carry.empty() && !send_content(i, "")) return false;
-          const std::string finish = finish_reason(c);
+          const std::string finish = finish_reason(c, meta.legacy_functions);
           return send(chat ? chat_chunk(meta, idx, nullptr, nullptr, &finish, include_usage)
                            : completion_chunk(meta, idx, "", &finish, include_usage));
         };

@@ -356,8 +356,7 @@ TEST_F(ClientsServer, FieldsAreHonouredOrRefusedWithTheirReason) {
   EXPECT_EQ(tier["service_tier"], "priority");
   EXPECT_EQ(body_of(with("service_tier", "auto"))["service_tier"], "default");
   // Refused, each with its own reason.
-  for (const char* k :
-       {"audio", "web_search_options", "moderation", "functions", "function_call"}) {
+  for (const char* k : {"audio", "web_search_options", "moderation"}) {
     json e = error_of(with(k, json::object()), 400);
     EXPECT_EQ(e["param"], k);
     EXPECT_EQ(e["code"], "unsupported_field");
@@ -397,9 +396,101 @@ TEST_F(ClientsServer, FieldsAreHonouredOrRefusedWithTheirReason) {
     return post(port_, "/v1/completions", b);
   };
   EXPECT_EQ(comp("best_of", 1).status, 200);
-  EXPECT_EQ(error_of(comp("best_of", 3), 400)["code"], "unsupported_field");
-  EXPECT_EQ(error_of(comp("suffix", "end"), 400)["code"], "unsupported_field");
+  EXPECT_EQ(comp("best_of", 3).status, 200);
+  // stories260K's vocabulary has no fill-in-the-middle tokens.
+  json fim = error_of(comp("suffix", "end"), 400);
+  EXPECT_EQ(fim["code"], "unsupported_value");
+  EXPECT_NE(fim["message"].get<std::string>().find("fill-in-the-middle"), std::string::npos);
   EXPECT_EQ(comp("suffix", "").status, 200);
+  EXPECT_EQ(with("prompt_cache_options", {{"mode", "implicit"}}).status, 200);
+  EXPECT_EQ(error_of(with("prompt_cache_options", {{"mode", "explicit"}}), 400)["code"],
+            "unsupported_field");
+}
+
+TEST_F(ClientsServer, DeprecatedFunctionsComeBackInTheirOwnShape) {
+  POWER_REQUIRE_SHARED();
+  const json params = {
+      {"type", "object"},
+      {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}}}},
+      {"required", {"city"}}};
+  json b = chat_body("Weather in Paris?", 60);
+  b["tools"] = {
+      {{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", params}}}}};
+  b["tool_choice"] = "required";
+  const json tools = body_of(post(port_, "/v1/chat/completions", b));
+  ASSERT_EQ(tools["choices"][0]["finish_reason"], "tool_calls") << tools.dump();
+  const json call = tools["choices"][0]["message"]["tool_calls"][0]["function"];
+  json old = chat_body("Weather in Paris?", 60);
+  old["functions"] = {{{"name", "get_weather"}, {"parameters", params}}};
+  old["function_call"] = {{"name", "get_weather"}};
+  const json legacy = body_of(post(port_, "/v1/chat/completions", old));
+  EXPECT_EQ(legacy["choices"][0]["finish_reason"], "function_call") << legacy.dump();
+  EXPECT_EQ(legacy["choices"][0]["message"]["function_call"]["name"], "get_weather");
+  EXPECT_EQ(legacy["choices"][0]["message"]["function_call"]["arguments"], call["arguments"]);
+  EXPECT_FALSE(legacy["choices"][0]["message"].contains("tool_calls"));
+  // Streamed: delta.function_call pieces that add up to the same call.
+  old["stream"] = true;
+  RawReply s = post(port_, "/v1/chat/completions", old);
+  std::string name, args, finish;
+  for (const json& e : sse_events(s.body)) {
+    for (const json& c : e["choices"]) {
+      if (c["delta"].contains("function_call")) {
+        const json& fc = c["delta"]["function_call"];
+        if (fc.contains("name")) name += fc["name"].get<std::string>();
+        args += fc["arguments"].get<std::string>();
+      }
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(args, call["arguments"]);
+  EXPECT_EQ(finish, "function_call");
+  // An earlier call and its result in the old shape are accepted as history.
+  json hist = chat_body("x", 4);
+  hist["messages"] = {
+      {{"role", "user"}, {"content", "Weather?"}},
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"function_call", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Rome\"}"}}}},
+      {{"role", "function"}, {"name", "get_weather"}, {"content", "sunny"}}};
+  EXPECT_EQ(post(port_, "/v1/chat/completions", hist).status, 200);
+  old.erase("stream");
+  old["tools"] = b["tools"];
+  EXPECT_EQ(error_of(post(port_, "/v1/chat/completions", old), 400)["param"], "functions");
+}
+
+TEST_F(ClientsServer, BestOfReturnsTheCandidateWithTheHighestMeanLogprob) {
+  POWER_REQUIRE_SHARED();
+  auto req = [&](int seed, json extra) {
+    json b = {{"model", kModel},
+              {"prompt", "Once upon a time"},
+              {"max_tokens", 10},
+              {"temperature", 1.0},
+              {"seed", seed}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return body_of(post(port_, "/v1/completions", b));
+  };
+  // The candidates are the choices seeded 40, 41, 42: score each alone.
+  double best = -1e9;
+  std::string best_text;
+  for (int j = 0; j < 3; ++j) {
+    const json c = req(40 + j, {{"logprobs", 0}});
+    const json& lps = c["choices"][0]["logprobs"]["token_logprobs"];
+    double sum = 0;
+    for (const auto& x : lps) sum += x.get<double>();
+    const double mean = sum / static_cast<double>(lps.size());
+    if (mean > best) {
+      best = mean;
+      best_text = c["choices"][0]["text"];
+    }
+  }
+  const json r = req(40, {{"best_of", 3}});
+  ASSERT_EQ(r["choices"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], best_text);
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());  // not asked for
+  EXPECT_EQ(r["usage"]["completion_tokens"], 30);      // every candidate's tokens count
+  json s = {{"model", kModel}, {"prompt", "x"}, {"best_of", 2}, {"stream", true}};
+  EXPECT_EQ(error_of(post(port_, "/v1/completions", s), 400)["param"], "best_of");
 }
 
 TEST_F(ClientsServer, ContextOverflowIsOpenAisError) {
@@ -446,7 +537,13 @@ class TemplateControls : public ::testing::Test {
                          "{% if reasoning_effort is defined and reasoning_effort == 'high' %}"
                          " Think step by step, slowly and carefully.{% endif %}"
                          "{% if verbosity is defined and verbosity == 'high' %}"
-                         " Tell a long story with many words.{% endif %}"));
+                         " Tell a long story with many words.{% endif %}"
+                         "{% if tools %}{% for t in tools %} You may call the function "
+                         "{{ t['function']['name'] }}.{% endfor %}{% endif %}"));
+    // Fill-in-the-middle token ids (three ordinary pieces of the vocabulary stand in).
+    w.set("tokenizer.ggml.fim_pre_token_id", GgufValue::u32(10));
+    w.set("tokenizer.ggml.fim_suf_token_id", GgufValue::u32(11));
+    w.set("tokenizer.ggml.fim_mid_token_id", GgufValue::u32(12));
     for (const GgufTensor& t : source_->tensors()) {
       ASSERT_TRUE(w.add_tensor_view(t.name, t.type, t.ne, t.bytes()).ok());
     }
@@ -494,8 +591,45 @@ TEST_F(TemplateControls, ReasoningEffortAndVerbosityReachTheTemplate) {
                         {"options", {{"num_predict", 1}}},
                         {"stream", false}}));
   EXPECT_EQ(o["prompt_eval_count"], prompt_tokens("reasoning_effort", "high"));
-  EXPECT_EQ(body_of(post(port_, "/api/show", json{{"model", "stories-effort"}}))["capabilities"][1],
-            "thinking");
+  const json caps =
+      body_of(post(port_, "/api/show", json{{"model", "stories-effort"}}))["capabilities"];
+  EXPECT_EQ(caps, json({"completion", "tools", "thinking"}));
+  // Ollama's tools reach the template too.
+  auto ollama_prompt = [&](json extra) {
+    json b = {{"model", "stories-effort"},
+              {"messages", {{{"role", "user"}, {"content", "Weather in Rome?"}}}},
+              {"options", {{"num_predict", 1}}},
+              {"stream", false}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return body_of(post(port_, "/api/chat", b))["prompt_eval_count"].get<int64_t>();
+  };
+  json tools = {{{"type", "function"},
+                 {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}};
+  EXPECT_GT(ollama_prompt({{"tools", tools}}), ollama_prompt(json::object()) + 5);
+}
+
+TEST_F(TemplateControls, SuffixBuildsTheFillInTheMiddlePrompt) {
+  POWER_REQUIRE_SHARED();
+  auto tokens = [&](const std::string& text) {
+    return body_of(post(port_, "/tokenize", json{{"content", text}}))["tokens"];
+  };
+  // llama.cpp's infill order: BOS, FIM prefix, the prompt, FIM suffix, the suffix, FIM middle.
+  json ids = json::array({1, 10});
+  for (const auto& t : tokens("Once upon")) ids.push_back(t);
+  ids.push_back(11);
+  for (const auto& t : tokens(" the end.")) ids.push_back(t);
+  ids.push_back(12);
+  const json by_hand = body_of(post(
+      port_, "/v1/completions",
+      json{{"model", "stories-effort"}, {"prompt", ids}, {"max_tokens", 8}, {"temperature", 0}}));
+  const json fim = body_of(post(port_, "/v1/completions",
+                                json{{"model", "stories-effort"},
+                                     {"prompt", "Once upon"},
+                                     {"suffix", " the end."},
+                                     {"max_tokens", 8},
+                                     {"temperature", 0}}));
+  EXPECT_EQ(fim["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(fim["choices"][0]["text"], by_hand["choices"][0]["text"]);
 }
 
 // ---- tokenizer and model details ----
@@ -631,6 +765,23 @@ TEST_F(ClientsServer, OllamaFieldsAndErrors) {
       chat({{"keep_alive", "5m"}, {"options", {{"num_ctx", 256}, {"seed", 3}, {"stop", {"."}}}}})
           .status,
       200);
+  // An earlier call in Ollama's shape (arguments as an object) is accepted as history.
+  json tools = {
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"description", "Weather in a city"},
+         {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}};
+  json history = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Weather in Rome?"}},
+        {{"role", "assistant"},
+         {"content", ""},
+         {"tool_calls",
+          {{{"function", {{"name", "get_weather"}, {"arguments", {{"city", "Rome"}}}}}}}}},
+        {{"role", "tool"}, {"tool_name", "get_weather"}, {"content", "sunny"}}}},
+      {"tools", tools}};
+  EXPECT_EQ(chat(history).status, 200);
   // format json: one JSON object.
   const json f = body_of(chat({{"format", "json"}, {"options", {{"num_predict", 24}}}}));
   EXPECT_EQ(f["done"], true);

@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Ollama } from 'ollama';
@@ -153,6 +153,12 @@ test('pull streams progress into the store, then the model is listed there', asy
   // Not streamed: one status.
   const again = await ollama.pull({ model: modelFile });
   assert.equal(again.status, 'success');
+  // The store holds it under its file's name (a blob named by the digest above), and tags
+  // lists that name once (the loaded model of the same name stands for it).
+  assert.deepEqual(readdirSync(join(home, 'manifests')), [`${MODEL}.json`]);
+  assert.ok(readdirSync(join(home, 'blobs')).includes(bytes.at(-1).digest.replace(':', '-')));
+  const names = (await ollama.list()).models.map((m) => m.name);
+  assert.equal(names.filter((n) => n === MODEL).length, 1);
 });
 
 test('ps lists the loaded models with Ollama fields', async () => {
