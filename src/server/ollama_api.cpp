@@ -41,44 +41,25 @@ OError bad(std::string message) {
   return OError{400, std::move(message)};
 }
 
+// The OpenAI side's status and sentence for the same Status; the metrics reason by code.
 OError from_status(const Status& st) {
-  OError e;
-  e.message =
-      st.context().empty() ? st.message() : fmt::format("{} ({})", st.message(), st.context());
+  const ApiError a = error_from_status(st);
+  OError e{a.http_status, a.message};
   switch (st.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-    case StatusCode::kUnsupported:
-      e.status = 400;
-      break;
     case StatusCode::kDoesNotFit:
-      e.status = 400;
+    case StatusCode::kResourceExhausted:
       e.reason = "does_not_fit";
       break;
     case StatusCode::kNotFound:
-      e.status = 404;
       e.reason = "not_found";
       break;
     case StatusCode::kQueueFull:
-      e.status = 429;
       e.reason = "queue_full";
       break;
     case StatusCode::kDeadlineExceeded:
-      e.status = 503;
       e.reason = "deadline";
       break;
-    case StatusCode::kResourceExhausted:
-      e.status = 503;
-      e.reason = "does_not_fit";
-      break;
-    case StatusCode::kCancelled:
-      e.status = 503;
-      break;
-    case StatusCode::kPolicyRefused:
-      e.status = 409;
-      break;
     default:
-      e.status = 500;
       break;
   }
   return e;

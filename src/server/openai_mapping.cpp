@@ -1213,9 +1213,10 @@ std::vector<json> tool_call_chunks(const ResponseMeta& meta, int index,
                                    const std::vector<ToolCall>& calls, bool with_usage_null,
                                    const json* logprobs) {
   std::vector<json> out;
-  auto chunk = [&](json call) {
+  // One chunk whose delta is `delta` (logprobs, if any, on the first).
+  auto emit = [&](json delta) {
     json choice = {{"index", index},
-                   {"delta", {{"tool_calls", json::array({std::move(call)})}}},
+                   {"delta", std::move(delta)},
                    {"logprobs", nullptr},
                    {"finish_reason", nullptr}};
     if (out.empty() && logprobs != nullptr) choice["logprobs"] = *logprobs;
@@ -1227,21 +1228,9 @@ std::vector<json> tool_call_chunks(const ResponseMeta& meta, int index,
     if (with_usage_null) j["usage"] = nullptr;
     out.push_back(std::move(j));
   };
+  auto chunk = [&](json call) { emit({{"tool_calls", json::array({std::move(call)})}}); };
   if (meta.legacy_functions && !calls.empty()) {  // delta.function_call, one call
-    auto fchunk = [&](json fc) {
-      json choice = {{"index", index},
-                     {"delta", {{"function_call", std::move(fc)}}},
-                     {"logprobs", nullptr},
-                     {"finish_reason", nullptr}};
-      if (out.empty() && logprobs != nullptr) choice["logprobs"] = *logprobs;
-      json j = {{"id", meta.id},
-                {"object", "chat.completion.chunk"},
-                {"created", meta.created},
-                {"model", meta.model},
-                {"choices", json::array({std::move(choice)})}};
-      if (with_usage_null) j["usage"] = nullptr;
-      out.push_back(std::move(j));
-    };
+    auto fchunk = [&](json fc) { emit({{"function_call", std::move(fc)}}); };
     const ToolCall& tc = calls.front();
     fchunk({{"name", tc.name}, {"arguments", ""}});
     constexpr size_t kFragment = 32;

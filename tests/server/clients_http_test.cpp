@@ -785,6 +785,18 @@ TEST_F(ClientsServer, OllamaFieldsAndErrors) {
   // format json: one JSON object.
   const json f = body_of(chat({{"format", "json"}, {"options", {{"num_predict", 24}}}}));
   EXPECT_EQ(f["done"], true);
+  // format as a JSON schema: the reply is an object with the required integer.
+  const json schema = {{"type", "object"},
+                       {"properties", {{"age", {{"type", "integer"}}}}},
+                       {"required", {"age"}},
+                       {"additionalProperties", false}};
+  const json sch =
+      body_of(chat({{"format", schema}, {"options", {{"num_predict", 40}, {"temperature", 0}}}}));
+  ASSERT_EQ(sch["done_reason"], "stop") << sch.dump();
+  const json parsed = json::parse(sch["message"]["content"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << sch.dump();
+  EXPECT_TRUE(parsed["age"].is_number_integer());
+  EXPECT_EQ(parsed.size(), 1u);
   // Load / unload without input.
   const json load = body_of(post(port_, "/api/generate", json{{"model", kModel}}));
   EXPECT_EQ(load["done_reason"], "load");

@@ -5,14 +5,13 @@
 // an origin not in --cors-origin is blocked by the browser.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
+import { startServer } from './serve.mjs';
 
-const binary = process.env.POWER_BINARY;
 const shared = process.env.POWER_SHARED_DIR;
 const modelFile = `${shared}/models/stories260K/stories260K-F32.gguf`;
 const MODEL = 'stories260K-F32';
@@ -58,26 +57,7 @@ function listen(server) {
 }
 
 function startPower(args) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ['serve', '--port', '0', '-m', modelFile, '--ctx', '512',
-      '--threads', '1', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^ ]+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1] });
-      }
-    });
-    proc.stderr.on('data', (d) => { err += d; });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`power serve exited with ${code}: ${err}`));
-    });
-  });
+  return startServer(['-m', modelFile, '--ctx', '512', '--threads', '1', ...args]);
 }
 
 const haveChromium = existsSync(chromiumPath);

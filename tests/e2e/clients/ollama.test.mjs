@@ -4,13 +4,12 @@
 // fixture from ../shared; POWER_BINARY and POWER_SHARED_DIR come from ctest (run.sh).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Ollama } from 'ollama';
+import { startServer as startServerWith } from './serve.mjs';
 
-const binary = process.env.POWER_BINARY;
 const shared = process.env.POWER_SHARED_DIR;
 const modelFile = `${shared}/models/stories260K/stories260K-F32.gguf`;
 const bertFile = `${shared}/fixtures/embeddings/bert-mean-F16.gguf`;
@@ -22,26 +21,7 @@ let ollama;
 let home;
 
 function startServer(args, env = {}) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ['serve', '--port', '0', '--ctx', '512', '--threads', '1', ...args],
-      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^ ]+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1] });
-      }
-    });
-    proc.stderr.on('data', (d) => { err += d; });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`power serve exited with ${code}: ${err}`));
-    });
-  });
+  return startServerWith(['--ctx', '512', '--threads', '1', ...args], env);
 }
 
 before(async () => {

@@ -3,11 +3,10 @@
 // ../shared/models; POWER_BINARY and POWER_SHARED_DIR are set by ctest (run.sh).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
+import { startServer as startServerWith } from './serve.mjs';
 
-const binary = process.env.POWER_BINARY;
 const shared = process.env.POWER_SHARED_DIR;
 const modelFile = `${shared}/models/stories260K/stories260K-F32.gguf`;
 const MODEL = 'stories260K-F32';
@@ -22,26 +21,8 @@ let baseURL;
 let client;
 
 function startServer(extraArgs = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ['serve', '--port', '0', '-m', modelFile, '-m', bertFile, '--ctx', '512',
-      '--threads', '1', ...extraArgs], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[^ ]+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, url: m[1], stderr: () => err });
-      }
-    });
-    proc.stderr.on('data', (d) => { err += d; });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`power serve exited with ${code}: ${err}`));
-    });
-  });
+  return startServerWith(['-m', modelFile, '-m', bertFile, '--ctx', '512', '--threads', '1',
+    ...extraArgs]);
 }
 
 async function metrics() {
