@@ -117,13 +117,21 @@ class ClientsServer : public ::testing::Test {
     ServerOptions o = http_test::stories_options(testing::shared_dir(), 512);
     o.cors_origins = std::move(cors);
     o.api_key_file = key_file;
+    // An empty store of its own (/api/tags lists the store's models too).
+    store_dir_ = testing::make_temp_dir("power-clients-store");
+    o.store_home = store_dir_;
     Status st = server_.start(std::move(o));
     ASSERT_TRUE(st.ok()) << st.to_string();
     port_ = server_.port();
   }
   void SetUp() override { start({}); }
+  void TearDown() override {
+    server_.stop();
+    if (!store_dir_.empty()) testing::remove_tree(store_dir_);
+  }
   http_test::InProcessServer server_;
   int port_ = 0;
+  std::string store_dir_;
 };
 
 TEST_F(ClientsServer, PreflightAndHeadersForLocalOriginsByDefault) {
@@ -170,6 +178,7 @@ class CorsAnyWithKeys : public ClientsServer {
     start({"*"}, keys);
   }
   void TearDown() override {
+    ClientsServer::TearDown();
     if (!dir_.empty()) testing::remove_tree(dir_);
   }
   std::string dir_;
