@@ -110,7 +110,7 @@ nlohmann::json usage_json(const Usage& u, const SpeculativeUsage* spec = nullptr
 // choices[].logprobs as OpenAI shapes it: {"content": [{token, logprob, bytes, top_logprobs}]}.
 nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& logprobs);
 // Several choices (index i = choices[i]); usage sums the completions and counts each
-// distinct prompt once (`prompt_usage`: one Usage per prompt).
+// distinct prompt once (the caller's `usage`, from combined_usage below).
 nlohmann::json chat_response(const ResponseMeta& meta, const std::vector<Completion>& choices,
                              const Usage& usage);
 nlohmann::json completion_response(const ResponseMeta& meta, const std::vector<Completion>& choices,

@@ -431,7 +431,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
                                      httplib::Response& res) {
   const bool include_usage = mapped.include_usage;
   const bool obfuscate = mapped.include_obfuscation;
-  const bool want_logprobs = gen->size() > 0 && mapped.request.top_logprobs >= 0;
+  const bool want_logprobs = mapped.request.top_logprobs >= 0;
   const bool tools_active = mapped.tools_active && endpoint == Endpoint::kChatCompletions;
   const bool tool_call_forced = mapped.tool_call_forced;
   const int n = mapped.n;
