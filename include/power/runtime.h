@@ -180,6 +180,9 @@ class Runtime {
   // kInvalidArgument for an empty input, an id out of range or more tokens than the context.
   Result<std::vector<float>> logits(const ModelHandle& model, const std::vector<int32_t>& tokens);
   uint64_t budget_bytes() const { return budget_bytes_; }
+  // The Ed25519 public key this runtime signs receipts with (64 lowercase hex digits), made
+  // on first use like the key itself (docs/RECEIPTS.md).
+  Result<std::string> receipt_public_key_hex();
 
  private:
   Runtime() = default;

@@ -19,6 +19,7 @@ struct ServeArgs {
   std::string config;
   server::ServerOptions opts;
   std::vector<std::string> models;
+  bool no_ui = false;
 };
 
 void run_serve(ServeArgs& a, CLI::App* cmd) {
@@ -48,6 +49,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--keep-alive-timeout")) o.keep_alive_timeout_s = a.opts.keep_alive_timeout_s;
   if (given("--queue-timeout")) o.queue_timeout_s = a.opts.queue_timeout_s;
   if (given("--drain-timeout")) o.drain_timeout_s = a.opts.drain_timeout_s;
+  if (a.no_ui) o.ui = false;
   if (given("--ctx")) o.load.n_ctx = a.opts.load.n_ctx;
   if (given("--max-running")) o.load.max_running = a.opts.load.max_running;
   if (given("--max-waiting")) o.load.max_waiting = a.opts.load.max_waiting;
@@ -78,6 +80,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  const bool ui = o.ui;
   auto created = server::Server::create(std::move(o));
   if (!created.ok()) return report_error(created.status());
   server::Server& srv = **created;
@@ -87,6 +90,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
       fmt::format("{}://{}:{}", srv.tls() ? "https" : "http",
                   cmd->get_option("--host")->count() > 0 ? a.opts.host : "127.0.0.1", srv.port());
   std::printf("power serve: listening on %s (OpenAI API at %s/v1)\n", url.c_str(), url.c_str());
+  if (ui) std::printf("power serve: web console at %s/\n", url.c_str());
   std::fflush(stdout);
 
   std::thread watcher([&srv, set] {
@@ -122,6 +126,7 @@ void add_serve_commands(CLI::App& app) {
                   "Bearer keys, one per line (or sha256:<hex>); /health stays open");
   cmd->add_option("--cors-origin", o.cors_origins,
                   "Origin browsers may call from (repeat; '*': any; default: localhost origins)");
+  cmd->add_flag("--no-ui", a->no_ui, "No web console at / (docs/CONSOLE.md)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")

@@ -900,6 +900,11 @@ receipt::ExecutionFacts execution_facts(const ModelSlot& m, const GenerateReques
 
 }  // namespace
 
+Result<std::string> Runtime::receipt_public_key_hex() {
+  POWER_ASSIGN_OR_RETURN(auto key, signing_key());
+  return key->public_key_hex();
+}
+
 Result<std::shared_ptr<const receipt::SigningKey>> Runtime::signing_key() {
   std::lock_guard<std::mutex> lk(key_mu_);
   if (!key_) {

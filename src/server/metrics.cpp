@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 namespace power::server {
@@ -9,9 +11,20 @@ void Metrics::count_request(const std::string& route, int status) {
   ++requests_[{route, status}];
 }
 
-void Metrics::count_rejection(const std::string& reason) {
+void Metrics::count_rejection(const std::string& reason, const std::string& message,
+                              int http_status) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   std::lock_guard<std::mutex> lk(mu_);
   ++rejections_[reason];
+  recent_.push_back({now, reason, message, http_status});
+  if (recent_.size() > kRecentRejections) recent_.pop_front();
+}
+
+std::vector<Metrics::Rejection> Metrics::recent_rejections() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {recent_.begin(), recent_.end()};
 }
 
 void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client,

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,7 +29,18 @@ class Metrics {
   void count_request(const std::string& route, int status);
   // A request turned away before generating: "queue_full", "does_not_fit", "deadline",
   // "invalid_request", "unauthorized", "body_too_large", "not_found", "draining".
-  void count_rejection(const std::string& reason);
+  // `message` (the error's text) is kept with the last kRecentRejections of them.
+  void count_rejection(const std::string& reason, const std::string& message = {},
+                       int http_status = 0);
+
+  struct Rejection {
+    int64_t unix_ms = 0;
+    std::string reason, message;
+    int http_status = 0;
+  };
+  static constexpr size_t kRecentRejections = 64;
+  // The latest rejections, oldest first (GET /api/refusals, the console's live view).
+  std::vector<Rejection> recent_rejections() const;
   // A generation that ended: its tokens, time to first token and prompt-cache reuse.
   // `never_admitted`: it was still queued when it ended (counted apart when the client went
   // away: power_client_cancellations_queued_total).
@@ -51,6 +63,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejections_;
+  std::deque<Rejection> recent_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
   uint64_t generations_ = 0, prompt_cache_hits_ = 0, client_cancellations_ = 0;
   uint64_t client_cancellations_queued_ = 0;

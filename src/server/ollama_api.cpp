@@ -66,7 +66,7 @@ OError from_status(const Status& st) {
 }
 
 void send_error(const OllamaContext& ctx, httplib::Response& res, const OError& e) {
-  if (ctx.count_rejection) ctx.count_rejection(e.reason);
+  if (ctx.count_rejection) ctx.count_rejection(e.reason, e.message, e.status);
   res.status = e.status;
   res.set_content(to_wire(json{{"error", e.message}}), "application/json");
 }

@@ -28,7 +28,8 @@ struct OllamaContext {
   std::function<std::shared_ptr<Generation>(std::shared_ptr<LoadedModel>,
                                             std::vector<GenerateRequest>, std::vector<int>)>
       make_generation;
-  std::function<void(const std::string& reason)> count_rejection;
+  std::function<void(const std::string& reason, const std::string& message, int http_status)>
+      count_rejection;
 };
 
 void register_ollama_routes(httplib::Server& s, OllamaContext ctx);

@@ -103,6 +103,10 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(integer(&o->keep_alive_timeout_s, 1, 86400));
     } else if (key == "queue_timeout") {
       POWER_RETURN_IF_ERROR(integer(&o->queue_timeout_s, 0, 86400));
+    } else if (key == "ui" || key == "no_ui") {
+      // "ui": false, or the flag's own name "no_ui": true, turns the web console off.
+      if (!v.is_boolean()) return type_error(raw_key, "true or false");
+      o->ui = key == "ui" ? v.get<bool>() : !v.get<bool>();
     } else if (key == "drain_timeout") {
       POWER_RETURN_IF_ERROR(integer(&o->drain_timeout_s, 0, 86400));
     } else if (key == "ctx") {

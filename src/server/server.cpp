@@ -21,6 +21,7 @@
 #include "base/sha256.h"
 #include "server/api_keys.h"
 #include "server/connection_watch.h"
+#include "server/console.h"
 #include "server/cors.h"
 #include "server/embed_openai.h"
 #include "server/generation.h"
@@ -87,9 +88,13 @@ std::string route_label(const std::string& path) {
                                                 "/api/show",
                                                 "/api/embed",
                                                 "/api/embeddings",
-                                                "/api/version"};
+                                                "/api/version",
+                                                "/api/receipts/key",
+                                                "/api/refusals",
+                                                "/"};
   if (kRoutes.count(path) != 0) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  if (path.starts_with("/ui/")) return "/ui/{file}";
   return "other";
 }
 
@@ -102,6 +107,22 @@ std::string reason_for(const ApiError& e) {
   if (e.http_status == 404) return "not_found";
   if (e.code == "draining") return "draining";
   return "invalid_request";
+}
+
+// llama-server's "timings" object, measured by the scheduler, for an answer with one choice:
+// what a client needs for honest speed figures (a browser's clock cannot tell tokens that
+// arrive in one read apart). prompt_n counts the prompt tokens computed (not those reused
+// from the prefix cache); predicted_per_second is the decode rate after the first token.
+json timings_json(const Completion& c) {
+  const Timings& t = c.timings;
+  return json{{"prompt_n", c.usage.prompt_tokens - c.usage.cached_prompt_tokens},
+              {"prompt_ms", t.prefill_ms},
+              {"prompt_per_second", t.prefill_tokens_per_s},
+              {"predicted_n", c.usage.completion_tokens},
+              {"predicted_ms", t.decode_ms},
+              {"predicted_per_second", t.decode_tokens_per_s},
+              {"queue_ms", t.queue_ms},
+              {"time_to_first_token_ms", t.time_to_first_token_ms}};
 }
 
 // How often a waiting request checks that its client is still connected (docs/SERVER.md).
@@ -131,7 +152,7 @@ struct Server::Impl {
   uint64_t next_key = 1;
 
   void send_error(httplib::Response& res, const ApiError& e) {
-    metrics.count_rejection(reason_for(e));
+    metrics.count_rejection(reason_for(e), e.message, e.http_status);
     res.status = e.http_status;
     res.set_content(to_wire(error_body(e)), "application/json");
   }
@@ -417,6 +438,7 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   json answer = endpoint == Endpoint::kChatCompletions
                     ? chat_response(meta, all, usage)
                     : completion_response(meta, all, usage, echo_prefixes);
+  if (all.size() == 1) answer["timings"] = timings_json(all[0]);
   if (all.size() == 1 && !all[0].receipt.empty()) {
     // The exact signed bytes, and their digest (docs/RECEIPTS.md).
     answer["power_receipt"] = all[0].receipt;
@@ -523,7 +545,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
             gen->cancel_all();
             ApiError e = error_from_status(st);
             if (auto ce = context_length_error(st, endpoint, false)) e = *ce;
-            metrics.count_rejection(reason_for(e));
+            metrics.count_rejection(reason_for(e), e.message, e.http_status);
             if (!send(error_body(e)) || !send_done()) return false;
             sink.done();
             return true;
@@ -554,7 +576,9 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
         std::vector<Completion> all = gen->take_completions();
         if (include_usage) {
           const SpeculativeUsage spec = combined_speculative(all);
-          if (!send(usage_chunk(endpoint, meta, combined_usage(all, n), &spec))) return false;
+          json chunk = usage_chunk(endpoint, meta, combined_usage(all, n), &spec);
+          if (all.size() == 1) chunk["timings"] = timings_json(all[0]);
+          if (!send(chunk)) return false;
         }
         if (all.size() == 1 && !all[0].receipt.empty() &&
             !send(json{{"object", "power.receipt"},
@@ -614,7 +638,8 @@ void Server::Impl::register_routes() {
       }
       return httplib::Server::HandlerResponse::Handled;
     }
-    const bool open_path = req.path == "/health" || req.path.starts_with("/health/");
+    const bool open_path = req.path == "/health" || req.path.starts_with("/health/") ||
+                           (opts.ui && is_console_path(req.path));
     const std::string authorization = req.get_header_value("Authorization");
     if (auth && !open_path && !keys.check_header(authorization)) {
       // OpenAI's two 401s: no key at all, or a key it does not know.
@@ -670,7 +695,7 @@ void Server::Impl::register_routes() {
             if (res.status >= 500) e.type = "server_error";
             break;
         }
-        metrics.count_rejection(reason_for(e));
+        metrics.count_rejection(reason_for(e), e.message, e.http_status);
         res.set_content(to_wire(error_body(e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
@@ -939,6 +964,15 @@ void Server::Impl::register_routes() {
           {"model", m->source},
           {"digest", "sha256:" + info.sha256},
           {"size_bytes", size},
+          // Power's memory split (the console's Models view): weights are mapped from the
+          // artifact (one copy, paged by the OS: the only residency tier until #23);
+          // KV cache and scratch are per replica.
+          {"weights_bytes", info.weights_bytes},
+          {"kv_cache_bytes", info.kv_cache_bytes * info.replicas},
+          {"scratch_bytes", info.scratch_bytes * info.replicas},
+          {"replicas", info.replicas},
+          {"residency", "mmap"},
+          {"arch", info.arch},
           {"size", size},
           {"size_vram", 0},
           {"context_length", info.n_ctx},
@@ -948,6 +982,31 @@ void Server::Impl::register_routes() {
     }
     send_json(res, json{{"models", models}});
   });
+  // The receipt key, so that a browser (the console) or a script can check receipts without
+  // `power key show` on this machine.
+  s.Get("/api/receipts/key", [this](const httplib::Request&, httplib::Response& res) {
+    auto key = runtime->receipt_public_key_hex();
+    if (!key.ok()) {
+      ApiError e = error_from_status(key.status());
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "no_receipt_key";
+      return send_error(res, e);
+    }
+    send_json(res, json{{"alg", "Ed25519"}, {"public_key", *key}});
+  });
+  // The latest requests turned away, with their reasons (the counts are in /metrics).
+  s.Get("/api/refusals", [this](const httplib::Request&, httplib::Response& res) {
+    json list = json::array();
+    for (const auto& r : metrics.recent_rejections()) {
+      list.push_back(json{{"time_ms", r.unix_ms},
+                          {"reason", r.reason},
+                          {"status", r.http_status},
+                          {"message", r.message}});
+    }
+    send_json(res, json{{"refusals", list}});
+  });
+  if (opts.ui) register_console_routes(s);
   register_onnx_routes(s, OnnxHttpContext{onnx.get(), opts.queue_timeout_s,
                                           [this](httplib::Response& res, const ApiError& e) {
                                             send_error(res, e);
@@ -958,7 +1017,9 @@ void Server::Impl::register_routes() {
                               std::vector<int> leader) {
                          return make_generation(std::move(m), std::move(r), std::move(leader));
                        },
-                       [this](const std::string& reason) { metrics.count_rejection(reason); }});
+                       [this](const std::string& reason, const std::string& message, int status) {
+                         metrics.count_rejection(reason, message, status);
+                       }});
   register_management_routes(
       s, ManagementContext{opts, *registry, [this](httplib::Response& res, const ApiError& e) {
                              send_error(res, e);

@@ -50,6 +50,7 @@ struct ServerOptions {
   // What "-m" / "model" in /api/load names -> a file path (the CLI resolves store names).
   std::function<Result<std::string>(const std::string&)> resolve_model;
   bool log_requests = true;
+  bool ui = true;  // the web console at / (server/console.h); --no-ui turns it off
   // ONNX models for /v1/audio/vad, /v1/ocr, /v1/classify (server/onnx_http.h).
   onnx::ServiceOptions onnx;
 };
