@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest entry for the client e2e tests (the OpenAI and Ollama JavaScript clients, a browser): skips (exit 77) when Node.js or the npm modules
+# ctest entry for the client e2e tests (the OpenAI and Ollama JavaScript clients, a browser, the web console): skips (exit 77) when Node.js or the npm modules
 # are missing on a user's machine, fails under CI=true. Modules come from `npm ci` in this
 # directory (scripts/test.sh runs it).
 set -uo pipefail
@@ -21,4 +21,4 @@ for m in openai ollama playwright-core; do
 done
 [[ -f "${POWER_SHARED_DIR:-}/models/stories260K/stories260K-F32.gguf" ]] ||
   skip "stories260K not found under POWER_SHARED_DIR=${POWER_SHARED_DIR:-}"
-exec node --test --test-concurrency=1 openai.test.mjs ollama.test.mjs browser.test.mjs
+exec node --test --test-concurrency=1 openai.test.mjs ollama.test.mjs browser.test.mjs console.test.mjs
