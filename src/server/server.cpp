@@ -956,8 +956,11 @@ void Server::Impl::register_routes() {
         continue;
       }
       const ModelInfo& info = m->handle.info();
+      // Recurrent layers' state slots and the prefix cache's state checkpoints (models with
+      // recurrent layers), per replica like the KV pool.
+      const uint64_t state = info.recurrent_state_bytes + info.state_checkpoint_bytes;
       const uint64_t size = info.weights_bytes + info.kv_cache_bytes * info.replicas +
-                            info.scratch_bytes * info.replicas;
+                            state * info.replicas + info.scratch_bytes * info.replicas;
       // Ollama's fields (size, size_vram, context_length, details) beside Power's.
       models.push_back(json{
           {"name", m->id},
@@ -965,10 +968,11 @@ void Server::Impl::register_routes() {
           {"digest", "sha256:" + info.sha256},
           {"size_bytes", size},
           // Power's memory split (the console's Models view): weights are mapped from the
-          // artifact (one copy, paged by the OS: the only residency tier until #23);
-          // KV cache and scratch are per replica.
+          // artifact plus the kernels' packed copies (the only residency tier until #23);
+          // KV cache, state and scratch summed over the replicas.
           {"weights_bytes", info.weights_bytes},
           {"kv_cache_bytes", info.kv_cache_bytes * info.replicas},
+          {"state_bytes", state * info.replicas},
           {"scratch_bytes", info.scratch_bytes * info.replicas},
           {"replicas", info.replicas},
           {"residency", "mmap"},

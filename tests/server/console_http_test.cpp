@@ -187,8 +187,9 @@ TEST_F(ConsoleServer, PsSplitsMemoryAndAnswersCarryTimings) {
   ASSERT_EQ(ps["models"].size(), 1u);
   const json& m = ps["models"][0];
   EXPECT_EQ(m["weights_bytes"].get<uint64_t>() + m["kv_cache_bytes"].get<uint64_t>() +
-                m["scratch_bytes"].get<uint64_t>(),
+                m["state_bytes"].get<uint64_t>() + m["scratch_bytes"].get<uint64_t>(),
             m["size"].get<uint64_t>());
+  EXPECT_EQ(m["state_bytes"], 0);  // no recurrent layers in a llama
   EXPECT_EQ(m["residency"], "mmap");
   EXPECT_EQ(m["replicas"], 1);
   EXPECT_EQ(m["arch"], "llama");

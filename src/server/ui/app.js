@@ -316,7 +316,8 @@ async function refreshModels() {
       el('td', {}, m.arch || m.kind || (m.details && m.details.family) || ''),
       el('td', {}, m.context_length || m.n_ctx || ''),
       el('td', {}, bytes(m.weights_bytes)),
-      el('td', {}, m.kv_cache_bytes !== undefined ? bytes(m.kv_cache_bytes) : bytes(m.workspace_bytes)),
+      el('td', {}, m.kv_cache_bytes === undefined ? bytes(m.workspace_bytes)
+        : m.state_bytes ? `${bytes(m.kv_cache_bytes)} + ${bytes(m.state_bytes)} state` : bytes(m.kv_cache_bytes)),
       el('td', {}, m.scratch_bytes !== undefined ? bytes(m.scratch_bytes) : ''),
       el('td', {}, m.residency || ''),
       el('td', {}, m.replicas || ''),
