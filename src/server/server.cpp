@@ -151,8 +151,13 @@ struct Server::Impl {
   std::map<uint64_t, RequestHandle> active;  // by runtime request id, for drain cancels
   uint64_t next_key = 1;
 
-  void send_error(httplib::Response& res, const ApiError& e) {
+  // Counts a request turned away (power_rejections_total, /api/refusals).
+  void count_refusal(const ApiError& e) {
     metrics.count_rejection(reason_for(e), e.message, e.http_status);
+  }
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    count_refusal(e);
     res.status = e.http_status;
     res.set_content(to_wire(error_body(e)), "application/json");
   }
@@ -545,7 +550,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
             gen->cancel_all();
             ApiError e = error_from_status(st);
             if (auto ce = context_length_error(st, endpoint, false)) e = *ce;
-            metrics.count_rejection(reason_for(e), e.message, e.http_status);
+            count_refusal(e);
             if (!send(error_body(e)) || !send_done()) return false;
             sink.done();
             return true;
@@ -695,7 +700,7 @@ void Server::Impl::register_routes() {
             if (res.status >= 500) e.type = "server_error";
             break;
         }
-        metrics.count_rejection(reason_for(e), e.message, e.http_status);
+        count_refusal(e);
         res.set_content(to_wire(error_body(e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));

@@ -225,6 +225,11 @@ export function canonicalize(v, depth = 0) {
 
 const utf8 = new TextEncoder();
 
+// A string as it is, bytes decoded as strict UTF-8 (throws on malformed bytes).
+function asText(x) {
+  return typeof x === 'string' ? x : new TextDecoder('utf-8', { fatal: true }).decode(x);
+}
+
 export function toBytes(x) {
   return typeof x === 'string' ? utf8.encode(x) : x;
 }
@@ -431,7 +436,7 @@ export async function verifyReceipt(text, options = {}) {
   const add = (name, ok, detail) => out.push({ name, ok, detail });
   let body;
   try {
-    body = typeof text === 'string' ? text : new TextDecoder('utf-8', { fatal: true }).decode(text);
+    body = asText(text);
   } catch {
     add('canonical', false, 'corrupt: not valid JSON (error=the bytes are not UTF-8)');
     return out;
@@ -514,8 +519,7 @@ export async function verifyReceipt(text, options = {}) {
     try {
       let req;
       try {
-        req = parseStrict(typeof options.request === 'string' ? options.request
-          : new TextDecoder('utf-8', { fatal: true }).decode(options.request));
+        req = parseStrict(asText(options.request));
       } catch (e) {
         throw new StatusError('invalid_argument', 'the request file is not valid JSON',
           `error=${e instanceof StatusError ? e.bare : String(e)}`);
@@ -537,9 +541,7 @@ export async function verifyReceipt(text, options = {}) {
     let mine = '';
     let problem = '';
     try {
-      const o = typeof options.output === 'string' ? options.output
-        : new TextDecoder('utf-8', { fatal: true }).decode(options.output);
-      mine = await sha256Hex(canonicalize(parseStrict(o)));
+      mine = await sha256Hex(canonicalize(parseStrict(asText(options.output))));
     } catch (e) {
       problem = e instanceof StatusError ? e.bare : String(e);
     }
