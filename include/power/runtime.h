@@ -79,6 +79,7 @@ struct ModelInfo {
   uint64_t weights_bytes = 0;   // mapped file + packed weight copies (charged to the budget)
   uint64_t kv_cache_bytes = 0;  // KV block pool
   uint64_t kv_block_bytes = 0;
+  int kv_block_tokens = 0;  // positions per KV block (the prefix cache's unit)
   int64_t kv_blocks = 0;
   uint64_t recurrent_state_bytes = 0;   // recurrent layers' state slots (one per running sequence)
                                         // and its speculative snapshots

@@ -1,8 +1,10 @@
 // `power serve`: the OpenAI-compatible HTTP service. See docs/SERVER.md.
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +22,7 @@ struct ServeArgs {
   server::ServerOptions opts;
   std::vector<std::string> models;
   bool no_ui = false;
+  bool no_warmup = false;
 };
 
 void run_serve(ServeArgs& a, CLI::App* cmd) {
@@ -50,6 +53,8 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--queue-timeout")) o.queue_timeout_s = a.opts.queue_timeout_s;
   if (given("--drain-timeout")) o.drain_timeout_s = a.opts.drain_timeout_s;
   if (a.no_ui) o.ui = false;
+  if (a.no_warmup) o.warmup = false;
+  if (given("--instance-id")) o.instance_id = a.opts.instance_id;
   if (given("--ctx")) o.load.n_ctx = a.opts.load.n_ctx;
   if (given("--max-running")) o.load.max_running = a.opts.load.max_running;
   if (given("--max-waiting")) o.load.max_waiting = a.opts.load.max_waiting;
@@ -84,8 +89,34 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   auto created = server::Server::create(std::move(o));
   if (!created.ok()) return report_error(created.status());
   server::Server& srv = **created;
+  // The watcher runs from before start(): SIGTERM while the models load (nothing is admitted
+  // yet, /health says "loading") exits at once; once serving, it drains.
+  enum Phase { kLoading, kServing, kDone };
+  std::atomic<int> phase{kLoading};
+  std::thread watcher([&srv, &phase, set] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (phase == kDone) return;  // woken by this thread's owner: nothing to do
+    if (phase == kLoading) {
+      std::fprintf(stderr, "power serve: %s while loading, exiting\n", name);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    std::fprintf(stderr, "power serve: %s, draining\n", name);
+    srv.shutdown();
+  });
+  auto stop_watcher = [&watcher, &phase] {
+    phase = kDone;
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+  };
   Status st = srv.start();
-  if (!st.ok()) return report_error(st);
+  if (!st.ok()) {
+    stop_watcher();
+    return report_error(st);
+  }
+  phase = kServing;
   const std::string url =
       fmt::format("{}://{}:{}", srv.tls() ? "https" : "http",
                   cmd->get_option("--host")->count() > 0 ? a.opts.host : "127.0.0.1", srv.port());
@@ -93,17 +124,10 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (ui) std::printf("power serve: web console at %s/\n", url.c_str());
   std::fflush(stdout);
 
-  std::thread watcher([&srv, set] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    std::fprintf(stderr, "power serve: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    srv.shutdown();
-  });
   st = srv.wait();
   // wait() returns only after shutdown() (or a listener failure): wake the watcher if needed.
   if (!st.ok()) {
-    pthread_kill(watcher.native_handle(), SIGTERM);
-    watcher.join();
+    stop_watcher();
     return report_error(st);
   }
   watcher.join();
@@ -127,6 +151,10 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--cors-origin", o.cors_origins,
                   "Origin browsers may call from (repeat; '*': any; default: localhost origins)");
   cmd->add_flag("--no-ui", a->no_ui, "No web console at / (docs/CONSOLE.md)");
+  cmd->add_flag("--no-warmup", a->no_warmup,
+                "Ready as soon as the models load, without a warm-up generation each");
+  cmd->add_option("--instance-id", o.instance_id,
+                  "This replica's name: X-Power-Instance header, /health (default host:port)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")

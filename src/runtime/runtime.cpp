@@ -563,6 +563,7 @@ Status Runtime::start_replica(ModelSlot& slot, const LoadOptions& o, GgmlType kv
   ModelInfo& info = slot.info;
   info.scratch_bytes = slot.ws->bytes();
   info.kv_block_bytes = block_bytes;
+  info.kv_block_tokens = kc.block_tokens;
   info.threads = slot.ws->cpu.n_threads();
   const uint64_t available =
       budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;

@@ -28,9 +28,14 @@ std::vector<Metrics::Rejection> Metrics::recent_rejections() const {
 }
 
 void Metrics::count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client,
-                               bool never_admitted) {
+                               bool never_admitted, const std::string& model) {
   std::lock_guard<std::mutex> lk(mu_);
   ++generations_;
+  if (!model.empty()) {
+    PrefixTally& t = prefix_by_model_[model];
+    t.queried_tokens += static_cast<uint64_t>(usage.prompt_tokens);
+    t.hit_tokens += static_cast<uint64_t>(usage.cached_prompt_tokens);
+  }
   prompt_tokens_ += static_cast<uint64_t>(usage.prompt_tokens);
   completion_tokens_ += static_cast<uint64_t>(usage.completion_tokens);
   cached_prompt_tokens_ += static_cast<uint64_t>(usage.cached_prompt_tokens);
@@ -68,7 +73,74 @@ std::string label(const std::string& v) {
   return out;
 }
 
+// A metric family's # HELP and # TYPE lines.
+void append_header(std::string& o, std::string_view name, std::string_view type,
+                   std::string_view help) {
+  o += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// used / total KV blocks; 0 for a pool of none.
+double usage_ratio(const RuntimeStats& s) {
+  return s.kv_blocks_total > 0
+             ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
+             : 0.0;
+}
+
 }  // namespace
+
+// The Gateway API Inference Extension's model-server protocol reads vLLM's metric names; the
+// same gauges under those names let its endpoint picker (and any router written for vLLM)
+// route on Power without a mapping.
+void Metrics::render_router_metrics(const std::vector<ModelGauges>& models,
+                                    std::string* out) const {
+  std::string& o = *out;
+  auto header = [&o](std::string_view name, std::string_view type, std::string_view help) {
+    append_header(o, name, type, help);
+  };
+  header("vllm:num_requests_running", "gauge", "Requests in the running batch (vLLM's name).");
+  for (const auto& m : models) {
+    o += fmt::format("vllm:num_requests_running{{model_name=\"{}\"}} {}\n", label(m.name),
+                     m.stats.running);
+  }
+  header("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (vLLM's name).");
+  for (const auto& m : models) {
+    o += fmt::format("vllm:num_requests_waiting{{model_name=\"{}\"}} {}\n", label(m.name),
+                     m.stats.waiting);
+  }
+  // vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; routers read either. Both are
+  // a fraction (1 = full), as in vLLM.
+  for (const char* name : {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}) {
+    header(name, "gauge", "KV cache usage, 1 = full (vLLM's name).");
+    for (const auto& m : models) {
+      o += fmt::format("{}{{model_name=\"{}\"}} {}\n", name, label(m.name), usage_ratio(m.stats));
+    }
+  }
+  header("vllm:cache_config_info", "gauge",
+         "KV cache block size (positions) and pool size in blocks, as labels (vLLM's name).");
+  for (const auto& m : models) {
+    o += fmt::format(
+        "vllm:cache_config_info{{model_name=\"{}\",block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1\n",
+        label(m.name), m.kv_block_tokens, m.stats.kv_blocks_total);
+  }
+  // Power serves no LoRA adapters: the protocol's LoRA gauge says so (none running, none
+  // waiting, max 0), so a LoRA-affinity picker treats every replica alike.
+  header("vllm:lora_requests_info", "gauge",
+         "LoRA adapters running and waiting (none: Power serves no adapters).");
+  o += "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\","
+       "waiting_lora_adapters=\"\"} 0\n";
+  header("vllm:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache (vLLM's name).");
+  for (const auto& [name, t] : prefix_by_model_) {
+    o += fmt::format("vllm:prefix_cache_queries_total{{model_name=\"{}\"}} {}\n", label(name),
+                     t.queried_tokens);
+  }
+  header("vllm:prefix_cache_hits_total", "counter",
+         "Prompt tokens served from the prefix cache (vLLM's name).");
+  for (const auto& [name, t] : prefix_by_model_) {
+    o += fmt::format("vllm:prefix_cache_hits_total{{model_name=\"{}\"}} {}\n", label(name),
+                     t.hit_tokens);
+  }
+}
 
 std::string Metrics::render(const std::vector<ModelGauges>& models,
                             const std::vector<EmbedGauges>& embedders,
@@ -76,7 +148,7 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
   std::lock_guard<std::mutex> lk(mu_);
   std::string o;
   auto header = [&o](std::string_view name, std::string_view type, std::string_view help) {
-    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    append_header(o, name, type, help);
   };
   header("power_http_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (const auto& [key, n] : requests_) {
@@ -164,6 +236,26 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_preemptions_total{{model=\"{}\"}} {}\n", label(m.name),
                      m.stats.preemptions);
   }
+  header("power_kv_cache_usage_ratio", "gauge",
+         "KV cache blocks in use over blocks in the pool (0..1), per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_kv_cache_usage_ratio{{model=\"{}\"}} {}\n", label(m.name),
+                     usage_ratio(m.stats));
+  }
+  header("power_prefix_cache_queried_tokens_total", "counter",
+         "Prompt tokens looked up in the prefix cache, per model.");
+  for (const auto& [name, t] : prefix_by_model_) {
+    o += fmt::format("power_prefix_cache_queried_tokens_total{{model=\"{}\"}} {}\n", label(name),
+                     t.queried_tokens);
+  }
+  header("power_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens served from the prefix cache, per model.");
+  for (const auto& [name, t] : prefix_by_model_) {
+    o += fmt::format("power_prefix_cache_hit_tokens_total{{model=\"{}\"}} {}\n", label(name),
+                     t.hit_tokens);
+  }
+  render_router_metrics(models, &o);
+
   // Speculative decoding (docs/SPECULATIVE.md): tokens per verify pass is
   // verify_tokens / verify_passes.
   const std::pair<const char*, uint64_t RuntimeStats::*> spec[] = {

@@ -1,7 +1,10 @@
 // The server's counters and their Prometheus text form (GET /metrics).
 //
 // Counters are cumulative since start; gauges (running, waiting, KV blocks) are read from
-// each loaded model's RuntimeStats when the page is rendered. Time to first token is a
+// each loaded model's RuntimeStats when the page is rendered. The gauges a load-aware router
+// reads are also served under the names of the Gateway API Inference Extension's model-server
+// protocol (vLLM's: vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...); docs/DEPLOY.md
+// has the table. Time to first token is a
 // histogram in seconds with fixed buckets.
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -44,12 +47,14 @@ class Metrics {
   // A generation that ended: its tokens, time to first token and prompt-cache reuse.
   // `never_admitted`: it was still queued when it ended (counted apart when the client went
   // away: power_client_cancellations_queued_total).
+  // `model` keys the per-model prefix-cache tallies (queried and hit prompt tokens).
   void count_generation(const Usage& usage, double ttft_ms, bool cancelled_by_client,
-                        bool never_admitted = false);
+                        bool never_admitted = false, const std::string& model = {});
 
   struct ModelGauges {
     std::string name;
     RuntimeStats stats;
+    int kv_block_tokens = 0;  // ModelInfo::kv_block_tokens (vllm:cache_config_info)
   };
   struct EmbedGauges {
     std::string name;
@@ -60,6 +65,9 @@ class Metrics {
                      const std::vector<EmbedGauges>& embedders, int active_generations) const;
 
  private:
+  // The router-facing gauges under vLLM's names (mu_ held).
+  void render_router_metrics(const std::vector<ModelGauges>& models, std::string* out) const;
+
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejections_;
@@ -67,6 +75,10 @@ class Metrics {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_prompt_tokens_ = 0;
   uint64_t generations_ = 0, prompt_cache_hits_ = 0, client_cancellations_ = 0;
   uint64_t client_cancellations_queued_ = 0;
+  struct PrefixTally {
+    uint64_t queried_tokens = 0, hit_tokens = 0;
+  };
+  std::map<std::string, PrefixTally> prefix_by_model_;
   std::array<uint64_t, kTtftBucketsSeconds.size()> ttft_buckets_{};
   uint64_t ttft_count_ = 0;
   double ttft_sum_seconds_ = 0;

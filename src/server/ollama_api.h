@@ -8,6 +8,7 @@
 // Thread-safety: handlers run on the HTTP threads.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,7 +25,7 @@ namespace power::server {
 struct OllamaContext {
   const ServerOptions& opts;
   ModelRegistry& registry;
-  int* bound_port;  // set once the socket is bound
+  const std::atomic<int>* bound_port;  // set once the socket is bound
   std::function<std::shared_ptr<Generation>(std::shared_ptr<LoadedModel>,
                                             std::vector<GenerateRequest>, std::vector<int>)>
       make_generation;

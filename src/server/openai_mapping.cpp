@@ -565,6 +565,11 @@ void add_sampling_fields(FieldTable& t) {
     c.out.request.sampling.top_k = static_cast<int32_t>(k);
     return std::nullopt;
   };
+  // llama-server's and vLLM's extension: generate through end-of-generation tokens, up to
+  // max_tokens (load tests want a fixed length).
+  t["ignore_eos"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
+    return read_bool(v, "ignore_eos", &c.out.request.ignore_eos);
+  };
   t["seed"] = [](const json& v, MapContext& c) -> std::optional<ApiError> {
     int64_t s = 0;
     if (v.is_number_unsigned()) {

@@ -107,6 +107,11 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       // "ui": false, or the flag's own name "no_ui": true, turns the web console off.
       if (!v.is_boolean()) return type_error(raw_key, "true or false");
       o->ui = key == "ui" ? v.get<bool>() : !v.get<bool>();
+    } else if (key == "warmup" || key == "no_warmup") {
+      if (!v.is_boolean()) return type_error(raw_key, "true or false");
+      o->warmup = key == "warmup" ? v.get<bool>() : !v.get<bool>();
+    } else if (key == "instance_id") {
+      POWER_RETURN_IF_ERROR(str(&o->instance_id));
     } else if (key == "drain_timeout") {
       POWER_RETURN_IF_ERROR(integer(&o->drain_timeout_s, 0, 86400));
     } else if (key == "ctx") {

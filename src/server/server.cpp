@@ -14,6 +14,8 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "base/file.h"
@@ -145,7 +147,13 @@ struct Server::Impl {
   bool auth = false;
   Metrics metrics;
   std::atomic<bool> draining{false};
-  int bound_port = 0;
+  // True from start() until the models are loaded and warmed up: /health says "loading".
+  std::atomic<bool> loading{true};
+  std::atomic<int> bound_port{0};  // set by start() before the models load
+  std::string instance;            // X-Power-Instance, /health "instance"
+  std::thread listener;            // httplib's accept loop, from start() until shutdown()
+  std::atomic<bool> listen_failed{false};
+  std::atomic<bool> listener_done{false};
 
   std::mutex active_mu;
   std::map<uint64_t, RequestHandle> active;  // by runtime request id, for drain cancels
@@ -265,14 +273,15 @@ std::shared_ptr<Generation> Server::Impl::make_generation(std::shared_ptr<Loaded
                               [this](uint64_t k) { untrack(k); }};
   auto g = std::make_shared<Generation>(runtime.get(), model->handle, std::move(requests),
                                         std::move(leader), std::move(tracker));
-  g->on_finished = [this](const std::vector<Completion>& all, bool client_gone) {
+  g->on_finished = [this, model_id = model->id](const std::vector<Completion>& all,
+                                                bool client_gone) {
     for (const Completion& c : all) {
       if (!c.status.ok() && c.usage.completion_tokens == 0 &&
           c.status.code() != StatusCode::kCancelled) {
         continue;
       }
       metrics.count_generation(c.usage, c.timings.time_to_first_token_ms, client_gone,
-                               never_admitted(c));
+                               never_admitted(c), model_id);
     }
   };
   return g;
@@ -613,6 +622,8 @@ void Server::Impl::register_routes() {
     std::string rid = req.get_header_value("X-Request-ID");
     if (!acceptable_request_id(rid)) rid = random_hex(32);
     res.set_header("X-Request-ID", rid);
+    // Which replica answered, for clients and balancers in a fleet (docs/DEPLOY.md).
+    res.set_header("X-Power-Instance", instance);
     // CORS (server/cors.h): allowed origins get the headers on every answer; a preflight is
     // answered here, before authentication (browsers send it without credentials).
     const std::string origin = req.get_header_value("Origin");
@@ -665,12 +676,13 @@ void Server::Impl::register_routes() {
       send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (draining && !open_path) {
+    if ((draining || loading) && !open_path) {
       ApiError e;
       e.http_status = 503;
       e.type = "server_error";
-      e.message = "the server is shutting down";
-      e.code = "draining";
+      e.message = draining ? "the server is shutting down" : "the server is loading its models";
+      e.code = draining ? "draining" : "loading";
+      res.set_header("Retry-After", "1");
       send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -909,21 +921,28 @@ void Server::Impl::register_routes() {
         send_json(res, json{{"content", *text}});
       });
 
-  auto ready = [this] { return !draining && (!registry->list().empty() || onnx); };
+  // Not ready while loading, from the first moment of a drain, or with nothing to serve.
+  auto health_status = [this]() -> const char* {
+    if (draining) return "draining";
+    if (loading) return "loading";
+    if (registry->list().empty() && !onnx) return "no_models";
+    return "ok";
+  };
   s.Get("/health/live", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, json{{"status", "ok"}});
   });
-  s.Get("/health/ready", [this, ready](const httplib::Request&, httplib::Response& res) {
-    bool ok = ready();
-    send_json(res, json{{"status", ok ? "ok" : (draining ? "draining" : "no_models")}},
-              ok ? 200 : 503);
+  s.Get("/health/ready", [this, health_status](const httplib::Request&, httplib::Response& res) {
+    const std::string status = health_status();
+    send_json(res, json{{"status", status}}, status == "ok" ? 200 : 503);
   });
-  s.Get("/health", [this, ready](const httplib::Request&, httplib::Response& res) {
-    bool ok = ready();
+  s.Get("/health", [this, health_status](const httplib::Request&, httplib::Response& res) {
+    const std::string status = health_status();
+    const bool ok = status == "ok";
     send_json(res,
-              json{{"status", ok ? "ok" : (draining ? "draining" : "no_models")},
+              json{{"status", status},
                    {"live", true},
                    {"ready", ok},
+                   {"instance", instance},
                    {"models", registry->list().size()}},
               ok ? 200 : 503);
   });
@@ -934,7 +953,7 @@ void Server::Impl::register_routes() {
       if (m->embedding) {
         embedders.push_back({m->id, m->embedding->stats()});
       } else {
-        gauges.push_back({m->id, m->handle.stats()});
+        gauges.push_back({m->id, m->handle.stats(), m->handle.info().kv_block_tokens});
       }
     }
     int active_generations = 0;
@@ -1089,20 +1108,47 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Server::~Server() = default;
+Server::~Server() {
+  if (impl_ && impl_->listener.joinable()) {
+    impl_->http->stop();
+    impl_->listener.join();
+  }
+}
+
+namespace {
+
+// One greedy token from a short prompt on every replica of `model`: maps and touches the
+// weights, starts the compute threads and sizes the workspace before the first user request.
+Status warm_up(Runtime& runtime, const LoadedModel& model) {
+  if (model.embedding) return Status();
+  std::vector<RequestHandle> handles;
+  for (int r = 0; r < std::max(1, model.handle.info().replicas); ++r) {
+    GenerateRequest req;
+    req.prompt = "Hello";
+    req.max_tokens = 1;
+    req.sampling.temperature = 0;
+    auto h = runtime.submit(model.handle, std::move(req));
+    if (!h.ok()) return h.status();
+    handles.push_back(std::move(*h));
+  }
+  for (auto& h : handles) {
+    Completion c = h.wait();
+    if (!c.status.ok()) return c.status;
+  }
+  return Status();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+}  // namespace
 
 Status Server::start() {
-  for (const auto& lib : impl_->opts.model_libs) {
-    POWER_RETURN_IF_ERROR(sdk::load_model_library(lib));
-  }
-  for (const auto& m : impl_->opts.models) {
-    auto loaded = impl_->registry->load(m);
-    if (!loaded.ok()) {
-      Status st = loaded.status();
-      return std::move(st).with("model", m);
-    }
-  }
-  const ServerOptions& o = impl_->opts;
+  Impl& im = *impl_;
+  const ServerOptions& o = im.opts;
   int port = 0;
   if (o.port == 0) {
     port = impl_->http->bind_to_any_port(o.host);
@@ -1114,7 +1160,40 @@ Status Server::start() {
         .with("host", o.host)
         .with("port", o.port);
   }
-  impl_->bound_port = port;
+  im.bound_port = port;
+  im.instance = o.instance_id.empty() ? fmt::format("{}:{}", host_name(), port) : o.instance_id;
+  // Serve /health (status "loading") while the models load, so probes see a live process.
+  im.listener = std::thread([&im] {
+    if (!im.http->listen_after_bind() && !im.draining) im.listen_failed = true;
+    im.listener_done = true;
+  });
+  // httplib's stop() only ends an accept loop that has started: wait for it, so that a failed
+  // load or an early shutdown() cannot leave the loop running.
+  while (!im.http->is_running() && !im.listener_done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto fail = [&im](Status st) {
+    im.http->stop();
+    if (im.listener.joinable()) im.listener.join();
+    return st;
+  };
+  for (const auto& lib : o.model_libs) {
+    if (Status st = sdk::load_model_library(lib); !st.ok()) return fail(std::move(st));
+  }
+  for (const auto& m : o.models) {
+    auto loaded = im.registry->load(m);
+    if (!loaded.ok()) {
+      Status st = loaded.status();
+      return fail(std::move(st).with("model", m));
+    }
+    if (o.warmup) {
+      if (Status st = warm_up(*im.runtime, **loaded); !st.ok()) {
+        return fail(
+            Status(st.code(), "warm-up generation failed: " + st.message()).with("model", m));
+      }
+    }
+  }
+  im.loading = false;
   return Status();
 }
 
@@ -1126,9 +1205,8 @@ bool Server::tls() const {
 }
 
 Status Server::wait() {
-  if (!impl_->http->listen_after_bind() && !impl_->draining) {
-    return Status(StatusCode::kIo, "the HTTP server stopped unexpectedly");
-  }
+  if (impl_->listener.joinable()) impl_->listener.join();
+  if (impl_->listen_failed) return Status(StatusCode::kIo, "the HTTP server stopped unexpectedly");
   return Status();
 }
 

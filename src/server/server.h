@@ -7,6 +7,8 @@
 // /v1/models/{id}; GET /health, /health/live, /health/ready, /metrics; GET /api/ps;
 // POST /api/pull (SSE progress), /api/load, /api/unload; DELETE /api/delete.
 // See docs/SERVER.md for the contract.
+// Readiness (/health, /health/ready) is false until the models are loaded and warmed up and
+// again from the moment shutdown() begins (status "draining"), so a balancer stops sending.
 // Thread-safety: start() once, then wait() on one thread; shutdown() from any thread
 // (a signal-watching thread): it stops accepting, lets running requests finish (up to
 // drain_timeout_s, then cancels them) and makes wait() return.
@@ -50,6 +52,12 @@ struct ServerOptions {
   // What "-m" / "model" in /api/load names -> a file path (the CLI resolves store names).
   std::function<Result<std::string>(const std::string&)> resolve_model;
   bool log_requests = true;
+  // This process's name in a fleet: the X-Power-Instance header on every answer and /health's
+  // "instance" (docs/DEPLOY.md); empty: hostname:port.
+  std::string instance_id;
+  // Before readiness: one short generation per loaded language model, so the first user
+  // request does not pay first-touch costs (page-in of mapped weights, thread start-up).
+  bool warmup = true;
   bool ui = true;  // the web console at / (server/console.h); --no-ui turns it off
   // ONNX models for /v1/audio/vad, /v1/ocr, /v1/classify (server/onnx_http.h).
   onnx::ServiceOptions onnx;
@@ -67,7 +75,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Loads the configured models and binds the socket.
+  // Binds the socket and starts serving (/health says "loading", other routes 503), then
+  // loads the configured models and warms them up; returns once the server is ready.
   Status start();
   int port() const;
   bool tls() const;
