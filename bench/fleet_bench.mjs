@@ -5,7 +5,7 @@
 //
 // usage: POWER_BINARY=build/src/cli/power node bench/fleet_bench.mjs MODEL.gguf
 //          [--requests 48] [--clients 12] [--tokens 256] [--rounds 3] [--threads 1]
-//          [--max-running 2]
+//          [--max-running 2] [--ctx 512] [--replicas 1,2,3]
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { execFileSync } from 'node:child_process';
 import { startReplica, startHaproxy, streamCompletion, stopAll } from '../tests/e2e/fleet/fleet_lib.mjs';
 
 const args = process.argv.slice(2);
-const model = args.find((a) => !a.startsWith('--') && !/^\d+$/.test(a));
+const model = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--')));
 const opt = (name, def) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? Number(args[i + 1]) : def;
@@ -24,6 +24,11 @@ const tokens = opt('tokens', 256);
 const rounds = opt('rounds', 3);
 const threads = opt('threads', 1);
 const maxRunning = opt('max-running', 2);
+const ctx = opt('ctx', 512);
+const counts = (() => {
+  const i = args.indexOf('--replicas');
+  return i >= 0 ? args[i + 1].split(',').map(Number) : [1, 2, 3];
+})();
 const binary = process.env.POWER_BINARY;
 if (!model || !binary) {
   console.error('usage: POWER_BINARY=... node bench/fleet_bench.mjs MODEL.gguf [options]');
@@ -38,7 +43,8 @@ async function once(n) {
     const replicas = [];
     for (let i = 1; i <= n; ++i) {
       const r = await startReplica(binary, ['-m', model, '--threads', String(threads),
-        '--max-running', String(maxRunning), '--max-waiting', '256', '--no-ui'], `r${i}`);
+        '--max-running', String(maxRunning), '--max-waiting', '256', '--ctx', String(ctx), '--no-ui'],
+        `r${i}`);
       procs.push(r);
       replicas.push(r);
     }
@@ -71,9 +77,9 @@ try {
     '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
   isa = JSON.parse(out.split('\n')[0]).isa ?? '?';
 } catch { /* older binaries: no --json */ }
-const results = { 1: [], 2: [], 3: [] };
+const results = Object.fromEntries(counts.map((n) => [n, []]));
 for (let r = 0; r < rounds; ++r) {
-  const order = r % 2 === 0 ? [1, 2, 3] : [3, 2, 1];
+  const order = r % 2 === 0 ? counts : [...counts].reverse();
   for (const n of order) results[n].push(await once(n));
 }
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -81,8 +87,8 @@ console.log(`CPU: ${cpu}, ${(readFileSync('/proc/cpuinfo', 'utf8').match(/^proce
   `logical CPUs; ISA path: ${isa}`);
 console.log(`model ${name}; ${requests} streamed requests x ${tokens} tokens from ${clients} clients; ` +
   `--threads ${threads} --max-running ${maxRunning}; ${rounds} rounds, alternating order`);
-for (const n of [1, 2, 3]) {
+for (const n of counts) {
   const m = median(results[n]);
   console.log(`replicas ${n}: median ${m.toFixed(0)} tokens/s (${results[n].map((x) => x.toFixed(0)).join(', ')}); ` +
-    `${(m / median(results[1])).toFixed(2)}x one replica`);
+    `${(m / median(results[counts[0]])).toFixed(2)}x ${counts[0]} replica(s)`);
 }
