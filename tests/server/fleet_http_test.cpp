@@ -182,26 +182,15 @@ TEST(FleetHealth, AFailedLoadStopsTheListener) {
   EXPECT_EQ(get_raw(port, "/health").status, 0);  // nothing listens any more
 }
 
+// One in-process server per test (http_test::InProcessServer), started with `o`.
 class FleetServer : public ::testing::Test {
  protected:
   void start(ServerOptions o) {
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.log_requests = false;
-    auto s = Server::create(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    server_ = std::move(*s);
-    Status st = server_->start();
+    Status st = server_.start(std::move(o));
     ASSERT_TRUE(st.ok()) << st.to_string();
-    port_ = server_->port();
-    thread_ = std::thread([this] { (void)server_->wait(); });
+    port_ = server_.port();
   }
-  void TearDown() override {
-    if (server_) server_->shutdown();
-    if (thread_.joinable()) thread_.join();
-  }
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  http_test::InProcessServer server_;
   int port_ = 0;
 };
 
@@ -212,7 +201,7 @@ TEST_F(FleetServer, DrainSaysDrainingAtOnceAndFinishesRunningStreams) {
   start(std::move(o));
   Stream running(port_, long_stream_body(400));
   ASSERT_TRUE(running.started());
-  std::thread drainer([this] { server_->shutdown(); });
+  std::thread drainer([this] { server_.stop(); });  // shutdown(), then wait() returns
   // /health answers "draining" while the stream still runs.
   RawReply h = poll_until(port_, "/health", [](const RawReply& r) { return r.status == 503; });
   EXPECT_EQ(json::parse(h.body)["status"], "draining");

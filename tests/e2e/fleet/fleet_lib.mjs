@@ -113,9 +113,15 @@ export async function startHaproxy(dir, replicas) {
   const port = await freePort();
   const cfg = join(dir, 'haproxy.cfg');
   writeFileSync(cfg, haproxyConfig(port, replicas));
-  const check = spawnSync('haproxy', ['-c', '-f', cfg], { encoding: 'utf8' });
-  if (check.status !== 0) throw new Error(`haproxy -c: ${check.stdout}${check.stderr}`);
-  const proc = spawn('haproxy', ['-db', '-f', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
+  return startBalancer('haproxy', ['-c', '-f', cfg], ['-db', '-f', cfg], port);
+}
+
+// Checks a balancer's configuration (`checkArgs`), starts it in the foreground and waits until
+// it forwards /health.
+async function startBalancer(cmd, checkArgs, runArgs, port) {
+  const check = spawnSync(cmd, checkArgs, { encoding: 'utf8' });
+  if (check.status !== 0) throw new Error(`${cmd} config check: ${check.stdout}${check.stderr}`);
+  const proc = spawn(cmd, runArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr.on('data', (d) => { err += d; });
   proc.url = `http://127.0.0.1:${port}`;
@@ -178,15 +184,7 @@ export async function startNginx(dir, replicas) {
   }
   const cfg = join(dir, 'nginx.conf');
   writeFileSync(cfg, nginxConfig(port, dir, replicas));
-  const check = spawnSync('nginx', ['-t', '-p', dir, '-c', cfg], { encoding: 'utf8' });
-  if (check.status !== 0) throw new Error(`nginx -t: ${check.stdout}${check.stderr}`);
-  const proc = spawn('nginx', ['-p', dir, '-c', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  proc.stderr.on('data', (d) => { err += d; });
-  proc.url = `http://127.0.0.1:${port}`;
-  proc.stderrText = () => err;
-  await waitFor(`${proc.url}/health`);
-  return proc;
+  return startBalancer('nginx', ['-t', '-p', dir, '-c', cfg], ['-p', dir, '-c', cfg], port);
 }
 
 // Prometheus scraping the replicas' /metrics every 250 ms.
