@@ -23,6 +23,7 @@ struct ServeArgs {
   std::vector<std::string> models;
   bool no_ui = false;
   bool no_warmup = false;
+  bool print_plan = false;
 };
 
 void run_serve(ServeArgs& a, CLI::App* cmd) {
@@ -75,6 +76,13 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--onnx-budget-bytes")) o.onnx.budget_bytes = x.budget_bytes;
   if (given("--onnx-threads")) o.onnx.threads = x.threads;
   o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
+
+  if (a.print_plan) {
+    auto plan = server::memory_plan(o);
+    if (!plan.ok()) return report_error(plan.status());
+    std::printf("%s\n", plan->dump(2).c_str());
+    return;
+  }
 
   // SIGINT/SIGTERM go to one watcher thread (blocked everywhere else, so every thread the
   // server starts inherits the mask); SIGPIPE from a vanished client is an error return.
@@ -153,6 +161,9 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_flag("--no-ui", a->no_ui, "No web console at / (docs/CONSOLE.md)");
   cmd->add_flag("--no-warmup", a->no_warmup,
                 "Ready as soon as the models load, without a warm-up generation each");
+  cmd->add_flag("--print-plan", a->print_plan,
+                "Load the models, print their memory plan as JSON (weights, KV, state, scratch; "
+                "Helm memoryPlan values) and exit without serving");
   cmd->add_option("--instance-id", o.instance_id,
                   "This replica's name: X-Power-Instance header, /health (default host:port)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");

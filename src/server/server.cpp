@@ -127,6 +127,23 @@ json timings_json(const Completion& c) {
               {"time_to_first_token_ms", t.time_to_first_token_ms}};
 }
 
+// Power's memory split of a loaded language model (/api/ps, the console's Models view,
+// --print-plan): weights are mapped from the artifact plus the kernels' packed copies (the only
+// residency tier until #23); the KV pool, recurrent state (slots and the prefix cache's
+// checkpoints) and scratch are per replica and summed over the replicas.
+json memory_split(const ModelInfo& info) {
+  const uint64_t r = static_cast<uint64_t>(info.replicas);
+  const uint64_t kv = info.kv_cache_bytes * r;
+  const uint64_t state = (info.recurrent_state_bytes + info.state_checkpoint_bytes) * r;
+  const uint64_t scratch = info.scratch_bytes * r;
+  return json{{"weights_bytes", info.weights_bytes},
+              {"kv_cache_bytes", kv},
+              {"state_bytes", state},
+              {"scratch_bytes", scratch},
+              {"size_bytes", info.weights_bytes + kv + state + scratch},
+              {"replicas", info.replicas}};
+}
+
 // How often a waiting request checks that its client is still connected (docs/SERVER.md).
 constexpr std::chrono::milliseconds kWatchInterval{20};
 
@@ -980,33 +997,22 @@ void Server::Impl::register_routes() {
         continue;
       }
       const ModelInfo& info = m->handle.info();
-      // Recurrent layers' state slots and the prefix cache's state checkpoints (models with
-      // recurrent layers), per replica like the KV pool.
-      const uint64_t state = info.recurrent_state_bytes + info.state_checkpoint_bytes;
-      const uint64_t size = info.weights_bytes + info.kv_cache_bytes * info.replicas +
-                            state * info.replicas + info.scratch_bytes * info.replicas;
-      // Ollama's fields (size, size_vram, context_length, details) beside Power's.
-      models.push_back(json{
+      json entry = memory_split(info);
+      const uint64_t size = entry["size_bytes"].get<uint64_t>();
+      entry.update(json{
           {"name", m->id},
           {"model", m->source},
           {"digest", "sha256:" + info.sha256},
-          {"size_bytes", size},
-          // Power's memory split (the console's Models view): weights are mapped from the
-          // artifact plus the kernels' packed copies (the only residency tier until #23);
-          // KV cache, state and scratch summed over the replicas.
-          {"weights_bytes", info.weights_bytes},
-          {"kv_cache_bytes", info.kv_cache_bytes * info.replicas},
-          {"state_bytes", state * info.replicas},
-          {"scratch_bytes", info.scratch_bytes * info.replicas},
-          {"replicas", info.replicas},
           {"residency", "mmap"},
           {"arch", info.arch},
+          // Ollama's fields beside Power's.
           {"size", size},
           {"size_vram", 0},
           {"context_length", info.n_ctx},
           {"details",
            {{"format", "gguf"}, {"family", info.arch}, {"families", json::array({info.arch})}}},
           {"expires_at", "never"}});
+      models.push_back(std::move(entry));
     }
     send_json(res, json{{"models", models}});
   });
@@ -1195,6 +1201,49 @@ Status Server::start() {
   }
   im.loading = false;
   return Status();
+}
+
+Result<json> memory_plan(const ServerOptions& options) {
+  for (const auto& lib : options.model_libs) {
+    POWER_RETURN_IF_ERROR(sdk::load_model_library(lib));
+  }
+  POWER_ASSIGN_OR_RETURN(auto runtime, Runtime::create({}));
+  ModelRegistry registry(runtime.get(), options.load, options.resolve_model);
+  json models = json::array();
+  uint64_t total = 0;
+  for (const auto& m : options.models) {
+    auto loaded = registry.load(m);
+    if (!loaded.ok()) {
+      Status st = loaded.status();
+      return std::move(st).with("model", m);
+    }
+    const LoadedModel& lm = **loaded;
+    json entry;
+    if (lm.embedding) {
+      const EmbeddingModelInfo& ei = lm.embedding->info();
+      entry = json{{"weights_bytes", ei.weights_bytes},
+                   {"kv_cache_bytes", 0},
+                   {"state_bytes", 0},
+                   {"scratch_bytes", ei.workspace_bytes},
+                   {"size_bytes", ei.weights_bytes + ei.workspace_bytes},
+                   {"replicas", 1}};
+    } else {
+      entry = memory_split(lm.handle.info());
+      entry["n_ctx"] = lm.handle.info().n_ctx;
+    }
+    entry["name"] = lm.id;
+    total += entry["size_bytes"].get<uint64_t>();
+    models.push_back(std::move(entry));
+  }
+  json plan = {{"models", models}, {"total_bytes", total}};
+  if (models.size() == 1) {
+    const json& only = models[0];
+    plan["helm_memory_plan"] = {{"weightsBytes", only["weights_bytes"]},
+                                {"kvCacheBytes", only["kv_cache_bytes"]},
+                                {"stateBytes", only["state_bytes"]},
+                                {"scratchBytes", only["scratch_bytes"]}};
+  }
+  return plan;
 }
 
 int Server::port() const {

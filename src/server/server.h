@@ -68,6 +68,13 @@ struct ServerOptions {
 Status apply_config_json(const nlohmann::json& config, ServerOptions* options);
 Status apply_config_file(const std::string& path, ServerOptions* options);
 
+// The memory plan of `options`' models without serving: each is loaded as `power serve` would
+// load it (no socket, no warm-up) and reported with /api/ps's split (weights_bytes,
+// kv_cache_bytes, state_bytes, scratch_bytes, size_bytes), with total_bytes over the models
+// and, for one model, the Helm chart's `memoryPlan` values (docs/DEPLOY.md "Sizing"). The KV
+// pool is sized against this machine's free memory, as at serve time.
+Result<nlohmann::json> memory_plan(const ServerOptions& options);
+
 class Server {
  public:
   static Result<std::unique_ptr<Server>> create(ServerOptions options);

@@ -130,6 +130,26 @@ test('the chart renders valid objects for several value sets', { skip }, () => {
   assert.ok(!noMonitor.some((o) => o.kind === 'ServiceMonitor'));
 });
 
+// `power serve --print-plan` gives the chart's memoryPlan; the rendered request is its total
+// plus 10 % headroom.
+const model = process.env.POWER_SHARED_DIR &&
+  join(process.env.POWER_SHARED_DIR, 'models', 'stories260K', 'stories260K-F32.gguf');
+let haveModel = false;
+try { haveModel = !!model && readFileSync(model).length > 0; } catch { /* no ../shared */ }
+const skipPlan = skip || (!haveModel && process.env.CI !== 'true' ? 'no stories260K (POWER_SHARED_DIR)' : false);
+
+test('the chart sized from power serve --print-plan', { skip: skipPlan }, () => {
+  const plan = JSON.parse(execFileSync(binary, ['serve', '-m', model, '--ctx', '512', '--max-running', '4',
+    '--print-plan'], { encoding: 'utf8' }));
+  const m = plan.models[0];
+  assert.equal(m.name, 'stories260K-F32');
+  assert.equal(plan.total_bytes, m.weights_bytes + m.kv_cache_bytes + m.state_bytes + m.scratch_bytes);
+  const objs = render({ memoryPlan: { ...plan.helm_memory_plan, headroomPercent: 10 } });
+  validate(objs, 'chart from plan');
+  const c = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
+  assert.equal(c.resources.requests.memory, String(Math.floor((plan.total_bytes * 110) / 100)));
+});
+
 test('values.yaml passes values.schema.json and bad values fail it', { skip }, () => {
   const schema = JSON.parse(readFileSync(join(chart, 'values.schema.json'), 'utf8'));
   const values = parse(readFileSync(join(chart, 'values.yaml'), 'utf8'));

@@ -13,6 +13,9 @@ skip() {
   echo "deploy check: $1; skipping" >&2
   exit 77
 }
+# ../shared next to the checkout unless POWER_SHARED_DIR says otherwise (as tests/test_util).
+if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../.. && pwd)/../shared"; fi
+export POWER_SHARED_DIR
 command -v node >/dev/null || skip "node not found"
 command -v go >/dev/null || skip "go not found (apt-get install golang-go)"
 [[ -d /usr/share/gocode/src/github.com/Masterminds/sprig ]] ||

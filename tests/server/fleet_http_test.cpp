@@ -3,7 +3,8 @@
 // drain, running streams finishing during the drain while new requests get 503 "draining";
 // the router gauges under Power's and vLLM's names (the Gateway API Inference Extension's
 // model-server protocol), consistent with the pool and with each answer's usage; the
-// instance header; the warm-up generation; and llama-server's ignore_eos.
+// instance header; the warm-up generation; --print-plan's memory plan; and llama-server's
+// ignore_eos.
 #include <unistd.h>
 
 #include <chrono>
@@ -359,6 +360,38 @@ TEST_F(FleetServer, IgnoreEosRunsToMaxTokens) {
   RawReply bad = post_raw(port_, "/v1/completions", b.dump());
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(json::parse(bad.body)["error"]["param"], "ignore_eos");
+}
+
+// --print-plan's numbers are /api/ps's for the same options, and they add up.
+TEST(FleetPlan, MemoryPlanIsWhatTheServerReports) {
+  POWER_REQUIRE_SHARED();
+  ServerOptions o = http_test::stories_options(testing::shared_dir(), 512);
+  o.load.replicas = 2;
+  auto plan = memory_plan(o);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const json& p = (*plan)["models"][0];
+  http_test::InProcessServer server;
+  ASSERT_TRUE(server.start(o).ok());
+  const json ps = json::parse(get_raw(server.port(), "/api/ps").body)["models"][0];
+  for (const char* k :
+       {"weights_bytes", "kv_cache_bytes", "state_bytes", "scratch_bytes", "size_bytes"}) {
+    EXPECT_EQ(p[k], ps[k]) << k;
+  }
+  EXPECT_EQ(p["replicas"], 2);
+  EXPECT_GT(p["kv_cache_bytes"].get<uint64_t>(), 0u);
+  const uint64_t sum = p["weights_bytes"].get<uint64_t>() + p["kv_cache_bytes"].get<uint64_t>() +
+                       p["state_bytes"].get<uint64_t>() + p["scratch_bytes"].get<uint64_t>();
+  EXPECT_EQ(p["size_bytes"], sum);
+  EXPECT_EQ((*plan)["total_bytes"], sum);
+  const json& helm = (*plan)["helm_memory_plan"];
+  EXPECT_EQ(helm["weightsBytes"], p["weights_bytes"]);
+  EXPECT_EQ(helm["kvCacheBytes"], p["kv_cache_bytes"]);
+  EXPECT_EQ(helm["stateBytes"], p["state_bytes"]);
+  EXPECT_EQ(helm["scratchBytes"], p["scratch_bytes"]);
+
+  ServerOptions bad = o;
+  bad.models = {testing::shared_dir() + "/models/stories260K/LICENSE-llama2.c.txt"};
+  EXPECT_FALSE(memory_plan(bad).ok());
 }
 
 TEST(FleetConfig, InstanceAndWarmupKeys) {
