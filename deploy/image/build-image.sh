@@ -13,8 +13,7 @@
 #              one completion: with `podman run` where podman can run containers, else in the
 #              same root filesystem with chroot (said so), so the image's contents are checked
 #              either way.
-# Needs root (debootstrap, chroot), debootstrap and podman (scripts/setup.sh does not install
-# them; apt-get install debootstrap podman). The Debian mirror is $POWER_DEBIAN_MIRROR, else the
+# Needs root (debootstrap, chroot), debootstrap and podman (scripts/setup.sh installs them). The Debian mirror is $POWER_DEBIAN_MIRROR, else the
 # first one apt uses here, else deb.debian.org.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -112,15 +111,22 @@ if podman run --rm --network host "$tag" --version >/dev/null 2>"$workdir/probe.
     -m "/models/$model_name" --threads 1 >/dev/null
   stop_server() { podman rm -f power-image-test >/dev/null 2>&1 || true; podman volume rm -f power-image-test-store >/dev/null 2>&1 || true; }
 else
-  mode="chroot (podman cannot run containers here: $(tail -1 "$workdir/probe.err"))"
+  mode="chroot"
+  say "podman cannot run containers here ($(tail -1 "$workdir/probe.err")): testing the root filesystem under chroot"
   mkdir -p "$rootfs/models" "$rootfs/proc" "$rootfs/dev"
   cp "$test_model" "$rootfs/models/"
-  mount -t proc proc "$rootfs/proc"
-  mount --bind /dev "$rootfs/dev"
+  # /proc (meminfo for the memory budget) and /dev (urandom); best effort.
+  mounted=()
+  if mount -t proc proc "$rootfs/proc"; then mounted+=("$rootfs/proc"); else say "no /proc in the chroot"; fi
+  if mount --bind /dev "$rootfs/dev"; then mounted+=("$rootfs/dev"); else say "no /dev in the chroot"; fi
   chroot --userspec=10001:10001 "$rootfs" env POWER_HOME=/var/lib/power /usr/local/bin/power serve \
     --host 127.0.0.1 --port "$port" -m "/models/$model_name" --threads 1 >"$workdir/serve.log" 2>&1 &
   pid=$!
-  stop_server() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; umount "$rootfs/proc" "$rootfs/dev" || true; }
+  stop_server() {
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for m in "${mounted[@]}"; do umount "$m" || true; done
+  }
 fi
 say "testing the image with $mode"
 ok=0
