@@ -5,17 +5,8 @@
 # machine; fails under CI=true.
 set -uo pipefail
 cd "$(dirname "$0")"
-skip() {
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "deploy check: $1 (CI=true: failing)" >&2
-    exit 1
-  fi
-  echo "deploy check: $1; skipping" >&2
-  exit 77
-}
-# ../shared next to the checkout unless POWER_SHARED_DIR says otherwise (as tests/test_util).
-if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../.. && pwd)/../shared"; fi
-export POWER_SHARED_DIR
+SKIP_WHAT="deploy check"
+source ../skip_or_fail.sh
 command -v node >/dev/null || skip "node not found"
 command -v go >/dev/null || skip "go not found (apt-get install golang-go)"
 [[ -d /usr/share/gocode/src/github.com/Masterminds/sprig ]] ||

@@ -4,17 +4,8 @@
 # directory (scripts/test.sh runs it).
 set -uo pipefail
 cd "$(dirname "$0")"
-skip() {
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "openai e2e: $1 (CI=true: failing)" >&2
-    exit 1
-  fi
-  echo "openai e2e: $1; skipping" >&2
-  exit 77
-}
-# ../shared next to the checkout unless POWER_SHARED_DIR says otherwise (as tests/test_util).
-if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../../.. && pwd)/../shared"; fi
-export POWER_SHARED_DIR
+SKIP_WHAT="openai e2e"
+source ../../skip_or_fail.sh
 command -v node >/dev/null || skip "node not found"
 for m in openai ollama playwright-core; do
   [[ -d node_modules/$m ]] || skip "node_modules/$m missing (run: npm ci in tests/e2e/clients)"

@@ -4,16 +4,10 @@
 # machine without those packages or without ../shared; fails under CI=true.
 set -uo pipefail
 cd "$(dirname "$0")"
-skip() {
-  if [[ "${CI:-}" == "true" ]]; then
-    echo "fleet e2e: $1 (CI=true: failing)" >&2
-    exit 1
-  fi
-  echo "fleet e2e: $1; skipping" >&2
-  exit 77
-}
-if [[ -z "${POWER_SHARED_DIR:-}" ]]; then POWER_SHARED_DIR="$(cd ../../.. && pwd)/../shared"; fi
-export POWER_SHARED_DIR
+SKIP_WHAT="fleet e2e"
+source ../../skip_or_fail.sh
+# haproxy and nginx live in /usr/sbin, which a non-root PATH may lack.
+export PATH="$PATH:/usr/sbin:/sbin"
 command -v node >/dev/null || skip "node not found"
 for t in haproxy nginx prometheus; do
   command -v "$t" >/dev/null || skip "$t not found (bash scripts/setup.sh installs it)"
