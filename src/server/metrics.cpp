@@ -242,6 +242,20 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_kv_cache_usage_ratio{{model=\"{}\"}} {}\n", label(m.name),
                      usage_ratio(m.stats));
   }
+  header("power_state_slots_used", "gauge",
+         "Recurrent-state slots held by running sequences, per model (0 without recurrent "
+         "layers).");
+  for (const auto& m : models) {
+    o += fmt::format("power_state_slots_used{{model=\"{}\"}} {}\n", label(m.name),
+                     m.state_slots_total > 0 ? m.stats.running : 0);
+  }
+  header("power_state_slots_total", "gauge",
+         "Recurrent-state slots in all (max running x replicas), per model (0 without recurrent "
+         "layers).");
+  for (const auto& m : models) {
+    o += fmt::format("power_state_slots_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.state_slots_total);
+  }
   header("power_prefix_cache_queried_tokens_total", "counter",
          "Prompt tokens looked up in the prefix cache, per model.");
   for (const auto& [name, t] : prefix_by_model_) {

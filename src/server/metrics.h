@@ -55,6 +55,9 @@ class Metrics {
     std::string name;
     RuntimeStats stats;
     int kv_block_tokens = 0;  // ModelInfo::kv_block_tokens (vllm:cache_config_info)
+    // Models with recurrent layers: state slots in all (one per running sequence, per
+    // replica); 0 for attention-only models.
+    int64_t state_slots_total = 0;
   };
   struct EmbedGauges {
     std::string name;

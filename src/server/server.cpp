@@ -970,7 +970,11 @@ void Server::Impl::register_routes() {
       if (m->embedding) {
         embedders.push_back({m->id, m->embedding->stats()});
       } else {
-        gauges.push_back({m->id, m->handle.stats(), m->handle.info().kv_block_tokens});
+        const ModelInfo& info = m->handle.info();
+        // A recurrent model holds one state slot per running sequence, max_running per replica.
+        const int64_t slots =
+            info.recurrent_state_bytes > 0 ? int64_t{opts.load.max_running} * info.replicas : 0;
+        gauges.push_back({m->id, m->handle.stats(), info.kv_block_tokens, slots});
       }
     }
     int active_generations = 0;

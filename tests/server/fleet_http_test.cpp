@@ -261,6 +261,7 @@ TEST_F(FleetServer, RouterGaugesFollowTheQueueAndThePool) {
   const int block_size = std::stoi(cfg[1]);
   EXPECT_EQ(std::stod(cfg[2]), total);
   EXPECT_GT(block_size, 0);
+  EXPECT_EQ(sample(page, std::string("power_state_slots_total{model=\"") + kModel + "\"}"), 0);
   EXPECT_NE(page.find("vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\","
                       "waiting_lora_adapters=\"\"} 0\n"),
             std::string::npos);
@@ -292,6 +293,34 @@ TEST_F(FleetServer, RouterGaugesFollowTheQueueAndThePool) {
   EXPECT_EQ(sample(page, std::string("power_prefix_cache_queried_tokens_total{model=\"") + kModel +
                              "\"}"),
             queried);
+}
+
+// A recurrent model's state slots: max_running x replicas in all, one held per running
+// sequence; an attention-only model reports 0 / 0.
+TEST_F(FleetServer, StateSlotGaugesOfARecurrentModel) {
+  POWER_REQUIRE_SHARED();
+  ServerOptions o;
+  o.models = {testing::shared_dir() + "/fixtures/models/mamba/mamba-Q8_0.gguf"};
+  o.load.n_ctx = 256;
+  o.load.threads = 1;
+  o.load.max_running = 3;
+  o.load.replicas = 2;
+  start(std::move(o));
+  const std::string model =
+      json::parse(get_raw(port_, "/v1/models").body)["data"][0]["id"].get<std::string>();
+  const std::string used = "power_state_slots_used{model=\"" + model + "\"}";
+  const std::string total = "power_state_slots_total{model=\"" + model + "\"}";
+  std::string page = get_raw(port_, "/metrics").body;
+  EXPECT_EQ(sample(page, total), 6);  // 3 running x 2 replicas
+  EXPECT_EQ(sample(page, used), 0);
+  json body = long_stream_body(200);
+  body["model"] = model;
+  Stream s(port_, body);
+  ASSERT_TRUE(s.started());
+  RawReply r =
+      poll_until(port_, "/metrics", [&](const RawReply& x) { return sample(x.body, used) == 1; });
+  EXPECT_EQ(sample(r.body, used), 1);
+  EXPECT_EQ(stream_usage(s.finish())["completion_tokens"], 200);
 }
 
 TEST_F(FleetServer, InstanceHeaderAndHealthNameTheReplica) {

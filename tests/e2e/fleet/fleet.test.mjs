@@ -3,7 +3,7 @@
 //  - session-keyed requests (X-Session-ID, or the body's "user" through HAProxy) land on one
 //    replica while it lives, so their growing prompts hit its prefix cache; the same sessions
 //    without a key, spread by least-connections, hit it less;
-//  - a bounded load of streamed completions from 12 clients; one replica gets SIGTERM at 1/5
+//  - a bounded load of streamed chat completions from 12 clients; one replica gets SIGTERM at 1/5
 //    of the load and another SIGKILL at 2/5: every stream that had started on the drained
 //    replica finishes with all its tokens, the drained replica exits 0, first-attempt failures
 //    happen only on the killed replica, and every failed request succeeds on one client retry;
@@ -92,7 +92,7 @@ function sessionSet(prefix, n) {
   }));
 }
 
-// The load: REQUESTS streamed completions from CLIENTS workers; at 1/5 done `onFifth(1)`, at
+// The load: REQUESTS streamed chat completions from CLIENTS workers; at 1/5 done `onFifth(1)`, at
 // 2/5 `onFifth(2)`. A failed request is retried once by the client. Returns per request its
 // attempts, and the throughput.
 async function runLoad(url, events) {
@@ -107,7 +107,8 @@ async function runLoad(url, events) {
       const i = next++;
       for (let attempt = 0; attempt < 2; ++attempt) {
         const r = await streamCompletion(url, {
-          model: MODEL, prompt: `Story ${i}: Once upon a time`, max_tokens: TOKENS, ignore_eos: true,
+          model: MODEL, messages: [{ role: 'user', content: `Story ${i}: tell me about a little dog` }],
+          max_tokens: TOKENS, ignore_eos: true,
           temperature: 0.8, seed: i,
         }, { onStart: (instance) => inflight.set(i, instance) });
         inflight.delete(i);

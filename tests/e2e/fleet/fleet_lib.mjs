@@ -219,13 +219,15 @@ export async function promQuery(prom, q) {
   return j.data.result;
 }
 
-// One streamed completion: resolves {ok, instance, tokens, usage, status, error, started}.
-// `onStart(instance)` runs when the response headers arrive. ok means HTTP 200, a final
-// chunk with a finish_reason and [DONE].
+// One streamed completion — a chat completion when `body` has messages, else a text
+// completion: resolves {ok, instance, tokens, usage, status, error}. `onStart(instance)` runs
+// when the response headers arrive. ok means HTTP 200, a final chunk with a finish_reason and
+// [DONE].
 export async function streamCompletion(url, body, { headers = {}, onStart } = {}) {
   const out = { ok: false, instance: null, tokens: 0, usage: null, status: 0, error: null };
+  const path = body.messages ? '/v1/chat/completions' : '/v1/completions';
   try {
-    const r = await fetch(`${url}/v1/completions`, {
+    const r = await fetch(`${url}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },
       body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
@@ -253,7 +255,7 @@ export async function streamCompletion(url, body, { headers = {}, onStart } = {}
         const j = JSON.parse(data);
         if (j.usage) out.usage = j.usage;
         for (const c of j.choices ?? []) {
-          if (c.text !== undefined && c.finish_reason === null) out.tokens += 1;
+          if ((c.text ?? c.delta?.content) !== undefined && c.finish_reason === null) out.tokens += 1;
           if (c.finish_reason) finished = true;
         }
       }
