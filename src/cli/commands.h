@@ -22,5 +22,6 @@ void add_store_commands(CLI::App& app);     // pull, ls, show, rm, ps (POWER_WIT
 void add_onnx_commands(CLI::App& app);      // onnx inspect/run, classify, vad, ocr
 void add_serve_commands(CLI::App& app);     // serve
 void add_embed_commands(CLI::App& app);     // embed
+void add_validate_commands(CLI::App& app);  // perplexity, hardware, ab (+ verify)
 
 }  // namespace power::cli

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
 #endif
   power::cli::add_serve_commands(app);
   power::cli::add_embed_commands(app);
+  power::cli::add_validate_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

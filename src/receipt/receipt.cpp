@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/cpu.h"
+#include "base/machine.h"
 #include "base/sha256.h"
 #include "format/ggml_types.h"
 #include "receipt/canonical_json.h"
@@ -94,6 +95,7 @@ nlohmann::json device_json() {
     d["logical_cores"] = f.logical_cores;
     d["memory_bytes"] = mem_total_bytes();
     d["gpu"] = nullptr;  // CPU build: no accelerator
+    d["hardware"] = machine_facts();  // base/machine.h: CPU identity, caches, NUMA, kernel, ...
     return d;
   }();
   return device;

@@ -33,7 +33,8 @@ inline constexpr std::string_view kReceiptSchema = "power.receipt.v1";
 nlohmann::json model_json(const GgufFile& file, const std::string& path,
                           const std::string& artifact_sha256, const std::string& arch);
 
-// device: kind "cpu", cpu_model, isa_flags, logical_cores, memory_bytes (MemTotal), gpu null.
+// device: kind "cpu", cpu_model, isa_flags, logical_cores, memory_bytes (MemTotal), gpu null,
+// hardware: the static hardware record (base/machine.h machine_facts()).
 nlohmann::json device_json();
 
 std::string token_ids_sha256(std::span<const int32_t> ids);
