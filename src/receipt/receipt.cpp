@@ -94,7 +94,7 @@ nlohmann::json device_json() {
     d["isa_flags"] = f.flags_string();
     d["logical_cores"] = f.logical_cores;
     d["memory_bytes"] = mem_total_bytes();
-    d["gpu"] = nullptr;  // CPU build: no accelerator
+    d["gpu"] = nullptr;               // CPU build: no accelerator
     d["hardware"] = machine_facts();  // base/machine.h: CPU identity, caches, NUMA, kernel, ...
     return d;
   }();
