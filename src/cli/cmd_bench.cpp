@@ -3,7 +3,8 @@
 // warm-up run, then the median and spread of -r repetitions per thread count.
 //   pp<N>: one forward pass over N prompt tokens (logits of the last one).
 //   tg<N>: N forward passes of one token each, from an empty cache.
-// Text output is a table; --json prints one JSON object per line and test.
+// Text output is a table; --json prints one JSON object per line and test, each with the
+// hardware record (validate/hardware.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "cli/commands.h"
 #include "host/model.h"
 #include "kernels/cpu/isa.h"
+#include "validate/hardware.h"
 
 namespace power::cli {
 namespace {
@@ -113,6 +115,14 @@ void run_bench(const BenchOptions& o) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(hp.n_vocab - 1));
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   const std::string isa(cpu_isa_name(cpu_isa()));
+  // --json: the hardware record (docs/VALIDATION.md) once, on every line, so each line names
+  // what it was measured on.
+  nlohmann::json hardware;
+  if (o.json) {
+    validate::HardwareOptions ho;
+    ho.model_path = o.model_path;
+    hardware = validate::hardware_record(ho);
+  }
   if (!o.json) {
     std::printf("model: %s (%s, %lld layers, n_embd %lld), isa %s\n", o.model_path.c_str(),
                 hp.arch.c_str(), static_cast<long long>(hp.n_layer),
@@ -153,6 +163,8 @@ void run_bench(const BenchOptions& o) {
                            {"packed_advised_bytes", model.repacked().huge_advised_bytes()},
                            {"anon_bytes", hu.anon_bytes},
                            {"file_bytes", hu.file_bytes}};
+        hardware["threads"] = t;
+        j["hardware"] = hardware;
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("| %-8s | %7d | %16.2f | %10.2f |\n", name.c_str(), t, med, sd);

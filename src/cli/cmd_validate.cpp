@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -375,11 +376,9 @@ class Arm {
 
 Result<Settings> read_settings(const std::string& path) {
   POWER_ASSIGN_OR_RETURN(std::string text, read_file_text(path));
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    return Status(StatusCode::kInvalidArgument, "settings file is not JSON").with("path", path);
-  }
-  auto s = validate::parse_settings(j);
+  auto j = receipt::parse_json_strict(text);  // duplicate keys are an error
+  if (!j.ok()) return Status(j.status()).with("path", path);
+  auto s = validate::parse_settings(*j);
   if (!s.ok()) return Status(s.status()).with("path", path);
   return s;
 }
@@ -665,7 +664,17 @@ Result<json> run_worker(const AbCli& o) {
   LoadOptions lo = s.load;
   lo.max_waiting = std::max(lo.max_waiting, 1);
   POWER_ASSIGN_OR_RETURN(auto loaded, load_for(in.model_path, lo));
-  return measure(*loaded.first, loaded.second, in, req);
+  POWER_ASSIGN_OR_RETURN(json record, measure(*loaded.first, loaded.second, in, req));
+  if (!s.env.empty()) {
+    // What this process saw of the arm's environment (the evidence shows it took effect).
+    json seen = json::object();
+    for (const auto& [name, value] : s.env) {
+      const char* v = std::getenv(name.c_str());
+      seen[name] = v ? json(v) : json(nullptr);
+    }
+    record["env_seen"] = seen;
+  }
+  return record;
 }
 
 }  // namespace

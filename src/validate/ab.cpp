@@ -261,14 +261,16 @@ static Result<json> derive_impl(const json& ev) {
       ++busy_runs;
       busy.push_back(integer(r, "index", -1));
     }
+    // Output digests of every run, the A/A control's too (both its arms are the baseline).
+    const int setting = phase == "ab" && arm == "B" ? 1 : 0;
+    token_digests[setting].insert(text(r, "token_digest"));
+    logits_digests[setting].insert(text(r, "logits_digest"));
     if (phase != "ab") continue;
     const int side = arm == "A" ? 0 : 1;  // in the A/B phase, A is the baseline
     p99[side].push_back(number(r, "token_latency_p99_ms"));
     ttft[side].push_back(number(r, "ttft_median_ms"));
     prompt[side] += integer(r, "prompt_tokens", 0);
     cached[side] += integer(r, "cached_prompt_tokens", 0);
-    token_digests[side].insert(text(r, "token_digest"));
-    logits_digests[side].insert(text(r, "logits_digest"));
   }
   auto ratios = [&](const std::string& phase) {
     PhaseRatios out;
@@ -486,6 +488,16 @@ Result<std::string> sign_evidence(json evidence, const receipt::SigningKey& key)
 
 Status verify_evidence(const std::string& file_text, const std::string& expected_public_key_hex) {
   POWER_ASSIGN_OR_RETURN(json ev, receipt::parse_json_strict(file_text));
+  {
+    // The file is the canonical form (one trailing newline allowed): no byte of it can change
+    // without changing what is signed.
+    std::string_view body = file_text;
+    if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
+    POWER_ASSIGN_OR_RETURN(std::string canonical, receipt::canonical_json(ev));
+    if (canonical != body) {
+      return Status(StatusCode::kCorrupt, "evidence is not in canonical JSON form");
+    }
+  }
   if (!ev.is_object() || text(ev, "schema") != "power.ab-evidence.v1") {
     return Status(StatusCode::kCorrupt, "not a power.ab-evidence.v1 file");
   }

@@ -11,6 +11,7 @@
 
 #include "base/file.h"
 #include "base/sha256.h"
+#include "kernels/cpu/isa.h"
 #include "validate/stats.h"
 
 namespace power::validate {
@@ -162,6 +163,8 @@ Result<json> run_workload(Runtime& rt, const ModelHandle& model, const Workload&
   run["token_digest"] = to_hex(token_hash.finish());
   run["idle"] = idle.finish();
   run["artifact_sha256"] = model.info().sha256;
+  run["kernel_isa"] = std::string(cpu_isa_name(cpu_isa()));
+  run["threads"] = model.info().threads;
   run["logits_digest"] = nullptr;
   if (logits_probe) {
     std::vector<int32_t> probe = model.tokenize(w.items[0].prompt, true);
