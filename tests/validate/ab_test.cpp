@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file.h"
 #include "receipt/canonical_json.h"
 #include "receipt/signing_key.h"
 
@@ -353,6 +354,16 @@ TEST(AbEvidence, ResignedButEditedFiguresFail) {
   st = verify_evidence(*text, "");
   EXPECT_EQ(st.code(), StatusCode::kIntegrity);
   EXPECT_NE(st.to_string().find("derived"), std::string::npos) << st.to_string();
+}
+
+// The evidence files docs/VALIDATION.md cites (the default speculative mode) still verify.
+TEST(AbEvidence, ShippedEvidenceVerifies) {
+  for (const char* name : {"spec-default-stories260K.json", "spec-default-134m-q8_0.json"}) {
+    auto text = read_file_text(std::string(POWER_SOURCE_DIR) + "/docs/evidence/" + name);
+    ASSERT_TRUE(text.ok()) << name;
+    Status st = verify_evidence(*text, "");
+    EXPECT_TRUE(st.ok()) << name << ": " << st.to_string();
+  }
 }
 
 TEST(AbEvidence, HostileFilesGetErrorsNotCrashes) {
