@@ -311,6 +311,7 @@ class Arm {
   }
 
   const Settings& settings() const { return settings_; }
+  std::string artifact_sha256() const { return model_ ? model_->info().sha256 : std::string(); }
 
  private:
   // Runs `power ab worker` with this arm's environment; its last stdout line is the record.
@@ -482,13 +483,6 @@ Result<int> run_ab(const AbCli& o) {
   auto say = [&](const std::string& s) {
     if (!o.quiet) std::fprintf(stderr, "%s\n", s.c_str());
   };
-  POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(in.model_path));
-  const std::string artifact_sha = to_hex(digest);
-  if (!o.model_sha256.empty() && o.model_sha256 != artifact_sha) {
-    return Status(StatusCode::kIntegrity, "the model file's SHA-256 is not --model-sha256")
-        .with("file", artifact_sha)
-        .with("expected", o.model_sha256);
-  }
   validate::HardwareOptions ho;
   ho.model_path = in.model_path;
   ho.threads = base.load.threads;
@@ -519,6 +513,24 @@ Result<int> run_ab(const AbCli& o) {
   }
   Arm arms[2] = {Arm(base, &in, fresh, worker_args), Arm(cand, &in, fresh, worker_args)};
   for (Arm& a : arms) POWER_RETURN_IF_ERROR(a.load());
+  // The artifact's digest: shared arms hashed the file as they loaded it (and must agree);
+  // fresh ones load in their own processes, so it is hashed here. Every run then reports the
+  // digest of what it loaded and must match.
+  std::string artifact_sha;
+  if (fresh) {
+    POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(in.model_path));
+    artifact_sha = to_hex(digest);
+  } else {
+    artifact_sha = arms[0].artifact_sha256();
+    if (arms[1].artifact_sha256() != artifact_sha) {
+      return Status(StatusCode::kIntegrity, "the model file changed between the two loads");
+    }
+  }
+  if (!o.model_sha256.empty() && o.model_sha256 != artifact_sha) {
+    return Status(StatusCode::kIntegrity, "the model file's SHA-256 is not --model-sha256")
+        .with("file", artifact_sha)
+        .with("expected", o.model_sha256);
+  }
   const bool probe = policy.equivalence == "bit-exact";
 
   // Untimed reference pass of each setting (also the warm-up of --cache warm).
