@@ -295,14 +295,21 @@ class Arm {
   Arm(Settings s, const AbInputs* in, bool fresh, std::vector<std::string> worker_args)
       : settings_(std::move(s)), in_(in), fresh_(fresh), worker_args_(std::move(worker_args)) {}
 
+  // Loads (again) this arm's instance in this process; the previous one is freed first.
   Status load() {
     if (fresh_) return Status();
+    unload();
     LoadOptions lo = settings_.load;
     lo.max_waiting = std::max(lo.max_waiting, 1);
     POWER_ASSIGN_OR_RETURN(auto loaded, load_for(in_->model_path, lo));
     rt_ = std::move(loaded.first);
     model_ = std::move(loaded.second);
     return Status();
+  }
+
+  void unload() {
+    model_.reset();
+    rt_.reset();
   }
 
   Result<json> measure(const json& req) {
@@ -543,8 +550,19 @@ Result<int> run_ab(const AbCli& o) {
 
   json runs = json::array();
   validate::SplitMix64 rng(o.seed);
+  // Shared processes reload both instances every round: where the weights' copies, KV pool
+  // and workspace land in memory moves a model's speed by 10-20 % on the VMs measured
+  // (docs/VALIDATION.md), a bias that would otherwise follow one instance through every round.
+  // Reloaded, it varies round to round, and the A/A control (two instances of the baseline)
+  // and the bootstrap see it as the noise it is.
   auto do_phase = [&](const char* phase, int n_rounds, Arm& a, Arm& b) -> Status {
     for (int round = 0; round < n_rounds; ++round) {
+      if (!fresh) {
+        Arm& first = round % 2 ? b : a;
+        Arm& second = round % 2 ? a : b;
+        POWER_RETURN_IF_ERROR(first.load());
+        POWER_RETURN_IF_ERROR(second.load());
+      }
       // ABBA: AB then BA; random: a coin per round decides which order goes first.
       const bool ab_first = o.order == "abba" || rng.below(2) == 0;
       for (int k = 0; k < 2; ++k) {
@@ -562,7 +580,7 @@ Result<int> run_ab(const AbCli& o) {
           r["round"] = round;
           r["order"] = ab ? "AB" : "BA";
           r["arm"] = is_a ? "A" : "B";
-          r["settings"] = (&(is_a ? a : b) == &arms[0]) ? "baseline" : "candidate";
+          r["settings"] = (&(is_a ? a : b) == &arms[1]) ? "candidate" : "baseline";
           say(fmt::format("{} round {} {} {}: {:.2f} tok/s", phase, round + 1, ab ? "AB" : "BA",
                           is_a ? "A" : "B",
                           r["completion_tokens"].get<double>() / r["wall_s"].get<double>()));
@@ -572,7 +590,11 @@ Result<int> run_ab(const AbCli& o) {
     }
     return Status();
   };
-  POWER_RETURN_IF_ERROR(do_phase("aa", aa_rounds, arms[0], arms[0]));
+  {
+    Arm copy(base, &in, fresh, worker_args);  // the A/A control's second baseline instance
+    arms[1].unload();
+    POWER_RETURN_IF_ERROR(do_phase("aa", aa_rounds, arms[0], copy));
+  }
   POWER_RETURN_IF_ERROR(do_phase("ab", o.rounds, arms[0], arms[1]));
 
   json quality = json::object();
