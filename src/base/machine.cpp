@@ -198,10 +198,6 @@ std::string os_pretty_name() {
 
 }  // namespace
 
-std::optional<std::string> read_sys_line(const std::string& path) {
-  return read_line(path);
-}
-
 json sys_int_or_null(const std::string& path) {
   return int_or_null(path);
 }

@@ -19,9 +19,8 @@ nlohmann::json machine_facts();
 // frequency_khz_current, cpu_mhz.
 nlohmann::json machine_state();
 
-// The first line of a sysfs/procfs file, trimmed (nullopt when unreadable), and the same as
-// an integer where it is one (else the text, or null).
-std::optional<std::string> read_sys_line(const std::string& path);
+// The first line of a sysfs/procfs file as an integer where it is one (else the text, or
+// null when unreadable).
 nlohmann::json sys_int_or_null(const std::string& path);
 
 }  // namespace power

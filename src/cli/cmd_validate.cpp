@@ -436,24 +436,18 @@ Result<int> run_ab(const AbCli& o) {
   if (o.process != "fresh" && o.process != "shared") {
     return Status(StatusCode::kInvalidArgument, "--process must be fresh or shared");
   }
-  validate::Policy policy;
+  // The policy: the file's keys (strict JSON), then --equivalence over its value.
+  json policy_json = json::object();
   if (!o.policy_path.empty()) {
     POWER_ASSIGN_OR_RETURN(std::string ptext, read_file_text(o.policy_path));
-    json pj = json::parse(ptext, nullptr, false);
-    if (pj.is_discarded()) return Status(StatusCode::kInvalidArgument, "--policy is not JSON");
-    POWER_ASSIGN_OR_RETURN(policy, validate::policy_from_json(pj));
+    auto pj = receipt::parse_json_strict(ptext);
+    if (!pj.ok()) return Status(pj.status()).with("path", o.policy_path);
+    policy_json = std::move(*pj);
   }
-  if (!o.equivalence.empty()) {
-    POWER_ASSIGN_OR_RETURN(policy,
-                           validate::policy_from_json(json{{"equivalence", o.equivalence}}));
-    if (!o.policy_path.empty()) {
-      // --equivalence overrides the policy file's value; the rest of the file stays.
-      POWER_ASSIGN_OR_RETURN(std::string ptext, read_file_text(o.policy_path));
-      json pj = json::parse(ptext);
-      pj["equivalence"] = o.equivalence;
-      POWER_ASSIGN_OR_RETURN(policy, validate::policy_from_json(pj));
-    }
+  if (!o.equivalence.empty() && policy_json.is_object()) {
+    policy_json["equivalence"] = o.equivalence;
   }
+  POWER_ASSIGN_OR_RETURN(validate::Policy policy, validate::policy_from_json(policy_json));
   POWER_ASSIGN_OR_RETURN(Settings base, read_settings(o.baseline_path));
   POWER_ASSIGN_OR_RETURN(Settings cand, read_settings(o.candidate_path));
   const bool fresh = o.process == "fresh";
