@@ -36,6 +36,13 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   auto given = [cmd](const char* name) { return cmd->get_option(name)->count() > 0; };
   if (given("--host")) o.host = a.opts.host;
   if (given("--port")) o.port = a.opts.port;
+  if (given("--listen")) {
+    if (given("--host") || given("--port")) {
+      return report_error(Status(StatusCode::kInvalidArgument,
+                                 "--listen replaces --host/--port: write tcp://HOST:PORT instead"));
+    }
+    o.listen = a.opts.listen;
+  }
   for (const auto& m : a.models) o.models.push_back(m);
   for (const auto& l : a.opts.model_libs) o.model_libs.push_back(l);
   if (given("--api-key-file")) o.api_key_file = a.opts.api_key_file;
@@ -125,11 +132,19 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
     return report_error(st);
   }
   phase = kServing;
-  const std::string url =
-      fmt::format("{}://{}:{}", srv.tls() ? "https" : "http",
-                  cmd->get_option("--host")->count() > 0 ? a.opts.host : "127.0.0.1", srv.port());
-  std::printf("power serve: listening on %s (OpenAI API at %s/v1)\n", url.c_str(), url.c_str());
-  if (ui) std::printf("power serve: web console at %s/\n", url.c_str());
+  // One line per listener; the first tcp one keeps the line scripts read the URL from.
+  bool web_line = false;
+  for (const std::string& uri : srv.listening()) {
+    std::string url = uri;
+    if (uri.rfind("tcp://", 0) == 0) {
+      url = fmt::format("{}://{}", srv.tls() ? "https" : "http", uri.substr(6));
+      std::printf("power serve: listening on %s (OpenAI API at %s/v1)\n", url.c_str(), url.c_str());
+      if (ui && !web_line) std::printf("power serve: web console at %s/\n", url.c_str());
+      web_line = true;
+    } else {
+      std::printf("power serve: listening on %s%s\n", url.c_str(), srv.tls() ? " (TLS)" : "");
+    }
+  }
   std::fflush(stdout);
 
   st = srv.wait();
@@ -150,6 +165,9 @@ void add_serve_commands(CLI::App& app) {
   server::ServerOptions& o = a->opts;
   cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--listen", o.listen,
+                  "Listen address, repeatable: tcp://HOST:PORT, unix:///path.sock, vsock://PORT "
+                  "(replaces --host/--port; docs/CONFIDENTIAL.md)");
   cmd->add_option("-m,--model", a->models, "Model file or store name to load (repeatable)");
   cmd->add_option("--config", a->config, "JSON file with the same keys as these flags");
   cmd->add_option("--model-lib", o.model_libs,

@@ -430,7 +430,7 @@ void run_job(const OllamaContext& ctx, const httplib::Request& req, httplib::Res
     add_timings(j, {c}, t0);
     return j;
   };
-  ConnectionWatch watch(*ctx.bound_port, req.remote_addr, req.remote_port);
+  ConnectionWatch watch(req.local_port, req.remote_addr, req.remote_port);
   if (!job.stream) {
     std::vector<Generation::Update> updates;
     while (!gen->all_done()) {

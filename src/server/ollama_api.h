@@ -25,7 +25,6 @@ namespace power::server {
 struct OllamaContext {
   const ServerOptions& opts;
   ModelRegistry& registry;
-  const std::atomic<int>* bound_port;  // set once the socket is bound
   std::function<std::shared_ptr<Generation>(std::shared_ptr<LoadedModel>,
                                             std::vector<GenerateRequest>, std::vector<int>)>
       make_generation;

@@ -49,6 +49,17 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(str(&o->host));
     } else if (key == "port") {
       POWER_RETURN_IF_ERROR(integer(&o->port, 0, 65535));
+    } else if (key == "listen") {
+      if (v.is_string()) {
+        o->listen.push_back(v.get<std::string>());
+      } else if (v.is_array()) {
+        for (const auto& m : v) {
+          if (!m.is_string()) return type_error(raw_key, "a string or an array of strings");
+          o->listen.push_back(m.get<std::string>());
+        }
+      } else {
+        return type_error(raw_key, "a string or an array of strings");
+      }
     } else if (key == "model" || key == "models" || key == "m") {
       if (v.is_string()) {
         o->models.push_back(v.get<std::string>());

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -27,6 +28,7 @@
 #include "server/cors.h"
 #include "server/embed_openai.h"
 #include "server/generation.h"
+#include "server/listeners.h"
 #include "server/management.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
@@ -152,6 +154,46 @@ bool never_admitted(const Completion& c) {
   return c.usage.completion_tokens == 0 && c.timings.queue_ms == 0 && c.timings.prefill_ms == 0;
 }
 
+// cpp-httplib keeps the listening socket in a protected member and runs its accept loop on
+// whatever socket is there: a unix or vsock socket bound by listeners.cpp is adopted into it,
+// so every kind of listener gets the library's connection handling (keep-alive, timeouts,
+// TLS) unchanged.
+template <class Base>
+class AdoptingServer : public Base {
+ public:
+  using Base::Base;
+  void adopt(int fd) { this->svr_sock_ = fd; }
+};
+
+// One --listen address and the accept loop serving it.
+struct Listener {
+  ListenAddress address;
+  std::unique_ptr<httplib::Server> http;
+  std::function<void(int)> adopt;  // hands a bound socket to `http`
+  int adopted_fd = -1;             // closed here if the loop never took it over
+  int64_t port = 0;                // tcp / vsock: the port bound (port 0 resolved)
+  ino_t unix_inode = 0;            // the socket file created, removed at stop if unchanged
+  std::thread thread;
+  std::atomic<bool> done{false};
+
+  std::string uri() const {
+    ListenAddress a = address;
+    if (a.kind != ListenKind::kUnix) a.port = port;
+    return a.uri();
+  }
+};
+
+template <class S, class... Args>
+std::unique_ptr<Listener> make_listener(const ListenAddress& address, Args&&... args) {
+  auto l = std::make_unique<Listener>();
+  l->address = address;
+  auto http = std::make_unique<AdoptingServer<S>>(std::forward<Args>(args)...);
+  AdoptingServer<S>* raw = http.get();
+  l->adopt = [raw](int fd) { raw->adopt(fd); };
+  l->http = std::move(http);
+  return l;
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -159,18 +201,20 @@ struct Server::Impl {
   std::unique_ptr<Runtime> runtime;
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<onnx::Service> onnx;  // null without ONNX models
-  std::unique_ptr<httplib::Server> http;
+  // One cpp-httplib server per --listen address, all with the routes of register_routes().
+  std::vector<std::unique_ptr<Listener>> listeners;
   ApiKeys keys;
   bool auth = false;
   Metrics metrics;
   std::atomic<bool> draining{false};
   // True from start() until the models are loaded and warmed up: /health says "loading".
   std::atomic<bool> loading{true};
-  std::atomic<int> bound_port{0};  // set by start() before the models load
+  std::atomic<int> bound_port{0};  // the first tcp listener's, set by start()
   std::string instance;            // X-Power-Instance, /health "instance"
-  std::thread listener;            // httplib's accept loop, from start() until shutdown()
   std::atomic<bool> listen_failed{false};
-  std::atomic<bool> listener_done{false};
+
+  // Stops every accept loop that runs and closes sockets bound but never served.
+  void stop_listeners();
 
   std::mutex active_mu;
   std::map<uint64_t, RequestHandle> active;  // by runtime request id, for drain cancels
@@ -244,7 +288,7 @@ struct Server::Impl {
   void stream_generation(Endpoint endpoint, const MappedRequest& mapped, ResponseMeta meta,
                          std::shared_ptr<Generation> gen, std::vector<std::string> echo_prefixes,
                          ConnectionWatch watch, httplib::Response& res);
-  void register_routes();
+  void register_routes(httplib::Server& s);
 };
 
 // Of each prompt's `group` candidates, the n with the highest mean token log-probability (in
@@ -446,7 +490,7 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   };
   // Immediate rejections (queue full, does not fit, bad token ids) are plain HTTP errors.
   if (Status st = gen->start(); !st.ok()) return send_error(res, api_error(st));
-  ConnectionWatch watch(bound_port, req.remote_addr, req.remote_port);
+  ConnectionWatch watch(req.local_port, req.remote_addr, req.remote_port);
   if (m.stream) {
     return stream_generation(endpoint, m, std::move(meta), gen, std::move(echo_prefixes),
                              std::move(watch), res);
@@ -632,9 +676,7 @@ void Server::Impl::stream_generation(Endpoint endpoint, const MappedRequest& map
       });
 }
 
-void Server::Impl::register_routes() {
-  httplib::Server& s = *http;
-
+void Server::Impl::register_routes(httplib::Server& s) {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     std::string rid = req.get_header_value("X-Request-ID");
     if (!acceptable_request_id(rid)) rid = random_hex(32);
@@ -1050,7 +1092,7 @@ void Server::Impl::register_routes() {
                                             send_error(res, e);
                                           }});
   register_ollama_routes(
-      s, OllamaContext{opts, *registry, &bound_port,
+      s, OllamaContext{opts, *registry,
                        [this](std::shared_ptr<LoadedModel> m, std::vector<GenerateRequest> r,
                               std::vector<int> leader) {
                          return make_generation(std::move(m), std::move(r), std::move(leader));
@@ -1088,40 +1130,82 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return Status(StatusCode::kInvalidArgument, "--tls-cert and --tls-key go together");
   }
-  if (!o.tls_cert.empty()) {
-    auto ssl = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(), o.tls_key.c_str());
-    if (!ssl->is_valid()) {
-      return Status(StatusCode::kInvalidArgument, "cannot load the TLS certificate and key")
-          .with("cert", o.tls_cert)
-          .with("key", o.tls_key);
+  std::vector<ListenAddress> addresses;
+  if (o.listen.empty()) {
+    ListenAddress a;
+    a.host = o.host;
+    a.port = o.port;
+    addresses.push_back(a);
+  }
+  for (const auto& text : o.listen) {
+    POWER_ASSIGN_OR_RETURN(ListenAddress a, parse_listen_address(text));
+    for (const auto& b : addresses) {
+      if (b.uri() == a.uri() && (a.kind == ListenKind::kUnix || a.port != 0)) {
+        return Status(StatusCode::kInvalidArgument, "--listen names the same address twice")
+            .with("listen", text);
+      }
     }
-    impl->http = std::move(ssl);
-  } else {
-    impl->http = std::make_unique<httplib::Server>();
+    addresses.push_back(std::move(a));
+  }
+  for (const auto& a : addresses) {
+    std::unique_ptr<Listener> l;
+    if (!o.tls_cert.empty()) {
+      l = make_listener<httplib::SSLServer>(a, o.tls_cert.c_str(), o.tls_key.c_str());
+      if (!l->http->is_valid()) {
+        return Status(StatusCode::kInvalidArgument, "cannot load the TLS certificate and key")
+            .with("cert", o.tls_cert)
+            .with("key", o.tls_key);
+      }
+    } else {
+      l = make_listener<httplib::Server>(a);
+    }
+    impl->listeners.push_back(std::move(l));
   }
   POWER_ASSIGN_OR_RETURN(impl->runtime, Runtime::create({}));
   impl->registry = std::make_unique<ModelRegistry>(impl->runtime.get(), o.load, o.resolve_model);
   if (o.onnx.any()) {
     POWER_ASSIGN_OR_RETURN(impl->onnx, onnx::Service::create(o.onnx, o.resolve_model));
   }
-  httplib::Server& s = *impl->http;
   const int threads = std::max(4, o.http_threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(o.max_body_bytes);
-  s.set_read_timeout(o.read_timeout_s, 0);
-  s.set_write_timeout(o.write_timeout_s, 0);
-  s.set_keep_alive_timeout(o.keep_alive_timeout_s);
-  s.set_keep_alive_max_count(100000);
-  s.set_tcp_nodelay(true);
-  impl->register_routes();
+  for (auto& l : impl->listeners) {
+    httplib::Server& s = *l->http;
+    s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    s.set_payload_max_length(o.max_body_bytes);
+    s.set_read_timeout(o.read_timeout_s, 0);
+    s.set_write_timeout(o.write_timeout_s, 0);
+    s.set_keep_alive_timeout(o.keep_alive_timeout_s);
+    s.set_keep_alive_max_count(100000);
+    s.set_tcp_nodelay(true);
+    // shutdown() of a listening vsock socket does not wake a blocked accept(): poll it, so
+    // that stop() (which invalidates the socket) ends the loop within this interval.
+    if (l->address.kind == ListenKind::kVsock) s.set_idle_interval(0, 100000);
+    impl->register_routes(s);
+  }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() {
-  if (impl_ && impl_->listener.joinable()) {
-    impl_->http->stop();
-    impl_->listener.join();
+  if (impl_) impl_->stop_listeners();
+}
+
+void Server::Impl::stop_listeners() {
+  for (auto& l : listeners) {
+    if (l->thread.joinable()) {
+      l->http->stop();
+      l->thread.join();
+    } else if (l->adopted_fd >= 0) {
+      close(l->adopted_fd);
+    }
+    l->adopted_fd = -1;
+    if (l->address.kind == ListenKind::kUnix && l->unix_inode != 0) {
+      // Remove the socket file we created, not one a later server put at the same path.
+      struct stat st {};
+      if (lstat(l->address.path.c_str(), &st) == 0 && st.st_ino == l->unix_inode) {
+        unlink(l->address.path.c_str());
+      }
+      l->unix_inode = 0;
+    }
   }
 }
 
@@ -1159,34 +1243,58 @@ std::string host_name() {
 Status Server::start() {
   Impl& im = *impl_;
   const ServerOptions& o = im.opts;
-  int port = 0;
-  if (o.port == 0) {
-    port = impl_->http->bind_to_any_port(o.host);
-  } else {
-    port = impl_->http->bind_to_port(o.host, o.port) ? o.port : -1;
-  }
-  if (port <= 0) {
-    return Status(StatusCode::kIo, "cannot listen on the address")
-        .with("host", o.host)
-        .with("port", o.port);
-  }
-  im.bound_port = port;
-  im.instance = o.instance_id.empty() ? fmt::format("{}:{}", host_name(), port) : o.instance_id;
-  // Serve /health (status "loading") while the models load, so probes see a live process.
-  im.listener = std::thread([&im] {
-    if (!im.http->listen_after_bind() && !im.draining) im.listen_failed = true;
-    im.listener_done = true;
-  });
-  // httplib's stop() only ends an accept loop that has started: wait for it, so that a failed
-  // load or an early shutdown() cannot leave the loop running.
-  while (!im.http->is_running() && !im.listener_done) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   auto fail = [&im](Status st) {
-    im.http->stop();
-    if (im.listener.joinable()) im.listener.join();
+    im.stop_listeners();
     return st;
   };
+  // Bind every address before serving any, so a taken port fails start-up as a whole.
+  for (auto& l : im.listeners) {
+    const ListenAddress& a = l->address;
+    if (a.kind == ListenKind::kTcp) {
+      l->port = a.port == 0 ? l->http->bind_to_any_port(a.host)
+                            : (l->http->bind_to_port(a.host, a.port) ? a.port : -1);
+      if (l->port <= 0) {
+        return fail(Status(StatusCode::kIo, "cannot listen on the address")
+                        .with("host", a.host)
+                        .with("port", a.port));
+      }
+      continue;
+    }
+    auto fd = bind_listen_socket(a);
+    if (!fd.ok()) return fail(fd.status());
+    l->adopted_fd = *fd;
+    l->adopt(*fd);
+    if (a.kind == ListenKind::kVsock) l->port = vsock_bound_port(*fd);
+    if (a.kind == ListenKind::kUnix) {
+      struct stat st {};
+      if (lstat(a.path.c_str(), &st) == 0) l->unix_inode = st.st_ino;
+    }
+  }
+  int port = 0;
+  for (const auto& l : im.listeners) {
+    if (l->address.kind == ListenKind::kTcp) {
+      port = static_cast<int>(l->port);
+      break;
+    }
+  }
+  im.bound_port = port;
+  im.instance = !o.instance_id.empty() ? o.instance_id
+                : port > 0             ? fmt::format("{}:{}", host_name(), port)
+                           : fmt::format("{} {}", host_name(), im.listeners.front()->uri());
+  // Serve /health (status "loading") while the models load, so probes see a live process.
+  for (auto& l : im.listeners) {
+    Listener* raw = l.get();
+    raw->thread = std::thread([&im, raw] {
+      if (!raw->http->listen_after_bind() && !im.draining) im.listen_failed = true;
+      raw->done = true;
+    });
+    // httplib's stop() only ends an accept loop that has started: wait for it, so that a
+    // failed load or an early shutdown() cannot leave the loop running.
+    while (!raw->http->is_running() && !raw->done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    raw->adopted_fd = -1;  // the loop owns it now: stop() closes it
+  }
   for (const auto& lib : o.model_libs) {
     if (Status st = sdk::load_model_library(lib); !st.ok()) return fail(std::move(st));
   }
@@ -1253,12 +1361,20 @@ Result<json> memory_plan(const ServerOptions& options) {
 int Server::port() const {
   return impl_->bound_port;
 }
+std::vector<std::string> Server::listening() const {
+  std::vector<std::string> out;
+  for (const auto& l : impl_->listeners) out.push_back(l->uri());
+  return out;
+}
 bool Server::tls() const {
   return !impl_->opts.tls_cert.empty();
 }
 
 Status Server::wait() {
-  if (impl_->listener.joinable()) impl_->listener.join();
+  for (auto& l : impl_->listeners) {
+    if (l->thread.joinable()) l->thread.join();
+  }
+  impl_->stop_listeners();  // removes unix socket files
   if (impl_->listen_failed) return Status(StatusCode::kIo, "the HTTP server stopped unexpectedly");
   return Status();
 }
@@ -1279,7 +1395,7 @@ void Server::shutdown() {
     std::lock_guard<std::mutex> lk(im.active_mu);
     for (auto& [k, h] : im.active) h.cancel();
   }
-  im.http->stop();
+  for (auto& l : im.listeners) l->http->stop();
 }
 
 }  // namespace power::server

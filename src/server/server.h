@@ -30,7 +30,11 @@ namespace power::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: any free port (port() tells which)
+  int port = 8080;  // 0: any free port (port() tells which)
+  // --listen addresses (server/listeners.h: tcp://HOST:PORT, unix:///path.sock,
+  // vsock://PORT); empty: tcp on host:port. Every listener serves the same routes with the
+  // same limits, authentication, TLS and drain.
+  std::vector<std::string> listen;
   std::vector<std::string> models;  // files or store names loaded at start
   // Model plugins (power/sdk/plugin.h) loaded before the models: their architectures can be
   // served like the built-in ones.
@@ -85,7 +89,10 @@ class Server {
   // Binds the socket and starts serving (/health says "loading", other routes 503), then
   // loads the configured models and warms them up; returns once the server is ready.
   Status start();
+  // The first tcp listener's port (0 when every listener is a unix or vsock socket).
   int port() const;
+  // Every listener's address as bound (port 0 resolved), in --listen order.
+  std::vector<std::string> listening() const;
   bool tls() const;
   // Serves until shutdown(); returns once running requests are drained.
   Status wait();
