@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1176,6 +1177,13 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
     s.set_keep_alive_timeout(o.keep_alive_timeout_s);
     s.set_keep_alive_max_count(100000);
     s.set_tcp_nodelay(true);
+    // cpp-httplib's default is SO_REUSEPORT, which lets a second server bind a port already
+    // listened on and silently take half its connections: SO_REUSEADDR only (a restart can
+    // still rebind over TIME_WAIT), so a taken port is an error.
+    s.set_socket_options([](int fd) {
+      int yes = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     // shutdown() of a listening vsock socket does not wake a blocked accept(): poll it, so
     // that stop() (which invalidates the socket) ends the loop within this interval.
     if (l->address.kind == ListenKind::kVsock) s.set_idle_interval(0, 100000);
