@@ -69,11 +69,24 @@ struct LoadOptions {
   // like the target's) that modes draft and auto use. docs/SPECULATIVE.md.
   SpeculativeOptions speculative;
   std::string draft_model;
+  // Encrypted weights (docs/CONFIDENTIAL.md "Encrypted weights"): the key that opens a model
+  // (and draft model) written by `power encrypt`: a file of 32 raw bytes or 64 hex digits
+  // (model_key_file), or 64 hex digits given directly (model_key_hex, for embedders; this
+  // string is the caller's and is not wiped, so prefer the file). Both set: kInvalidArgument;
+  // neither: $POWER_MODEL_KEY. Plain GGUF files load as before whatever is set. The key is
+  // read for the load and wiped after it; the weights are decrypted into locked, non-dumpable
+  // memory that is wiped when the model is freed.
+  std::string model_key_file;
+  std::string model_key_hex;
+  // When the decrypted weights cannot be locked in RAM (mlock beyond RLIMIT_MEMLOCK): true
+  // fails the load with kResourceExhausted; false warns and continues (the pages may then be
+  // swapped out). No effect on plain files.
+  bool require_mlock = false;
 };
 
 struct ModelInfo {
   std::string path;
-  std::string sha256;  // of the artifact file: the model's identity
+  std::string sha256;  // of the artifact file (an encrypted one's plaintext): the model's identity
   std::string arch;
   int64_t n_vocab = 0, n_layer = 0, n_embd = 0, n_ctx = 0;
   uint64_t weights_bytes = 0;   // mapped file + packed weight copies (charged to the budget)
@@ -164,8 +177,10 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Maps a GGUF file, hashes it, validates its tensors, plans and allocates its KV pool and
-  // workspace. kDoesNotFit when weights + workspace + one full context exceed the budget.
+  // Maps a GGUF file (or decrypts an encrypted container with the options' model key; its
+  // identity is then the plaintext's SHA-256), hashes it, validates its tensors, plans and
+  // allocates its KV pool and workspace. kDoesNotFit when weights + workspace + one full context
+  // exceed the budget.
   Result<ModelHandle> load(const std::string& path, const LoadOptions& options);
   // Queues a request. Immediate rejections (kInvalidArgument, kDoesNotFit, kQueueFull) come
   // back here; later ones (deadline, cancellation, errors) in Completion::status.

@@ -60,26 +60,38 @@ void UniqueFd::reset(int fd) {
   fd_ = fd;
 }
 
+// A file mapping is unmapped here; secure_ (adopt()) wipes and unmaps its own region.
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr && !is_secure_memory()) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
+    : data_(o.data_), size_(o.size_), path_(std::move(o.path_)), secure_(std::move(o.secure_)) {
   o.data_ = nullptr;
   o.size_ = 0;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (data_ != nullptr && !is_secure_memory()) ::munmap(const_cast<uint8_t*>(data_), size_);
     data_ = o.data_;
     size_ = o.size_;
     path_ = std::move(o.path_);
+    secure_ = std::move(o.secure_);
     o.data_ = nullptr;
     o.size_ = 0;
   }
   return *this;
+}
+
+MappedFile MappedFile::adopt(LockedBuffer region, std::string path) {
+  MappedFile m;
+  region.seal();
+  m.data_ = region.data();
+  m.size_ = region.size();
+  m.path_ = std::move(path);
+  m.secure_ = std::move(region);
+  return m;
 }
 
 Result<MappedFile> MappedFile::open(const std::string& path, AccessHint hint) {

@@ -2,10 +2,11 @@
 // cross-process locks.
 //
 // MappedFile maps a file read-only (MAP_PRIVATE); the mapping lives as long as the object and
-// the bytes are never copied. write_file_atomic writes a temporary file in the target's
-// directory, fsyncs it, renames it over the target and fsyncs the directory, so a reader sees
-// the old file or the new one, never a mix, even across a crash. FileLock is flock(2): held
-// by an open file description, released on destruction or process death.
+// the bytes are never copied. It may instead own decrypted bytes in a LockedBuffer (adopt()),
+// read through the same interface and wiped when the MappedFile goes. write_file_atomic writes a
+// temporary file in the target's directory, fsyncs it, renames it over the target and fsyncs the
+// directory, so a reader sees the old file or the new one, never a mix, even across a crash.
+// FileLock is flock(2): held by an open file description, released on destruction or process death.
 // Thread-safety: objects are used by one thread at a time.
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/secure_memory.h"
 #include "base/status.h"
 
 namespace power {
@@ -64,11 +66,18 @@ class MappedFile {
 
   // Maps the whole file. An empty file gives an empty mapping (data() == nullptr).
   static Result<MappedFile> open(const std::string& path, AccessHint hint = AccessHint::kNormal);
+  // Owns `region` (decrypted weights, secure/container.h) in place of a file mapping; `path`
+  // names the file the bytes came from. The region is sealed read-only here and wiped,
+  // unlocked and unmapped on destruction.
+  static MappedFile adopt(LockedBuffer region, std::string path);
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // True for adopt(): the bytes live in locked, non-dumpable anonymous memory.
+  bool is_secure_memory() const { return secure_.data() != nullptr; }
+  bool is_locked() const { return secure_.locked(); }
 
   // madvise over a byte range of the mapping (rounded out to pages). Best effort.
   void advise(size_t offset, size_t length, AccessHint hint) const;
@@ -77,6 +86,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  LockedBuffer secure_;  // adopt(): owns the bytes data_ points to
 };
 
 Result<std::vector<uint8_t>> read_file(const std::string& path);

@@ -75,6 +75,9 @@ Result<HugeRegion> HugeRegion::allocate(uint64_t bytes) {
   HugeRegion r;
   r.data_ = reinterpret_cast<uint8_t*>(aligned);
   r.size_ = size;
+  // The packed copies are weights: never useful in a core dump, and secret when the model came
+  // from an encrypted container (docs/CONFIDENTIAL.md "Encrypted weights").
+  ::madvise(r.data_, size, MADV_DONTDUMP);
 #if defined(MADV_HUGEPAGE)
   if (huge_pages_enabled()) r.advised_ = ::madvise(r.data_, size, MADV_HUGEPAGE) == 0;
 #endif

@@ -70,9 +70,11 @@ struct RunOptions {
   int spec_s = 0;
   bool spec_fixed_k = false;
   std::string draft_model;
-  std::string receipt_path;  // --receipt: write the signed receipt here
-  std::string policy_path;   // --policy: the caller's acceptance policy (JSON)
-  std::string output_path;   // --output: write exactly the generated text here
+  std::string receipt_path;    // --receipt: write the signed receipt here
+  std::string policy_path;     // --policy: the caller's acceptance policy (JSON)
+  std::string output_path;     // --output: write exactly the generated text here
+  std::string model_key_file;  // --model-key-file: opens an encrypted container (power encrypt)
+  bool require_mlock = false;  // --require-mlock: refuse weights that cannot be locked in RAM
   std::optional<AcceptancePolicy> policy;
 };
 
@@ -97,6 +99,8 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.speculative.k = o.spec_k;
   lo.speculative.s = o.spec_s;
   lo.speculative.adaptive = !o.spec_fixed_k;
+  lo.model_key_file = o.model_key_file;
+  lo.require_mlock = o.require_mlock;
   if (!o.draft_model.empty()) {
     POWER_ASSIGN_OR_RETURN(lo.draft_model, resolve_model_path(o.draft_model));
   }
@@ -326,6 +330,11 @@ void add_run_commands(CLI::App& app) {
   run->add_option("--policy", o.policy_path,
                   "Acceptance policy JSON: refuse to run unless the model/config meet it");
   run->add_option("--output", o.output_path, "Also write exactly the generated text here");
+  run->add_option("--model-key-file", o.model_key_file,
+                  "Key of an encrypted model (power encrypt): 32 raw bytes or 64 hex digits; "
+                  "default $POWER_MODEL_KEY");
+  run->add_flag("--require-mlock", o.require_mlock,
+                "Fail when an encrypted model's decrypted weights cannot be locked in RAM");
   run->callback([run] {
     o.n_predict_given = run->count("--n-predict") > 0;
     run_generate(o);

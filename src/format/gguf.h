@@ -154,6 +154,9 @@ class GgufFile {
   // Opens and validates a file. The mapping stays open for the GgufFile's lifetime.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path,
                                                 const GgufLimits& limits = {});
+  // Parses bytes that another owner produced in a MappedFile (decrypted weights in locked
+  // memory: secure/container.h), keeping it for the GgufFile's lifetime.
+  static Result<std::unique_ptr<GgufFile>> open(MappedFile mapping, const GgufLimits& limits = {});
   // Parses bytes owned by the caller (fuzzing, tests). The caller keeps them alive.
   static Result<std::unique_ptr<GgufFile>> parse(std::span<const uint8_t> bytes,
                                                  const GgufLimits& limits = {});

@@ -14,6 +14,7 @@
 #include "base/huge_pages.h"
 #include "format/gguf.h"
 #include "format/gguf_internal.h"
+#include "secure/container.h"
 
 namespace power {
 
@@ -438,8 +439,20 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path,
                                                  const GgufLimits& limits) {
   auto mapping = MappedFile::open(path);
   if (!mapping.ok()) return std::move(mapping).take_status();
+  // Said here, where every command that opens a model passes, rather than as "bad magic".
+  if (secure::is_container(mapping->bytes())) {
+    return Status(StatusCode::kInvalidArgument,
+                  "this is an encrypted Power container (power encrypt); it opens only where a "
+                  "model key is taken (power run/serve --model-key-file, POWER_MODEL_KEY)")
+        .with("path", path);
+  }
+  return open(std::move(mapping).value(), limits);
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::open(MappedFile mapping, const GgufLimits& limits) {
+  const std::string path = mapping.path();
   std::unique_ptr<GgufFile> f(new GgufFile());
-  f->mapping_ = std::move(mapping).value();
+  f->mapping_ = std::move(mapping);
   f->bytes_ = f->mapping_.bytes();
   // Weights read through the mapping (the types the kernels do not repack) stream once per
   // token: 2 MiB folios where the filesystem makes them (POWER_HUGEPAGES=0: not advised).

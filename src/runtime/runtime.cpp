@@ -30,6 +30,7 @@
 #include "kernels/cpu/isa.h"
 #include "receipt/receipt.h"
 #include "receipt/signing_key.h"
+#include "runtime/model_file.h"
 #include "runtime/model_runner.h"
 #include "runtime/scheduler.h"
 #include "runtime/speculative_step.h"
@@ -695,13 +696,14 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
         .with("step_token_budget", o.step_token_budget)
         .with("replicas", o.replicas);
   }
-  POWER_ASSIGN_OR_RETURN(auto file_owned, GgufFile::open(path));
-  std::shared_ptr<const GgufFile> file(std::move(file_owned));
-  POWER_ASSIGN_OR_RETURN(Sha256Digest digest, sha256_file(path));
+  // A plain GGUF, or an encrypted container decrypted into locked memory; either way the
+  // identity is the SHA-256 of the GGUF bytes.
+  POWER_ASSIGN_OR_RETURN(runtime::ModelFile model_file, runtime::open_model_file(path, o));
+  std::shared_ptr<const GgufFile> file = model_file.file;
   // The model first: an unknown architecture or a bad tensor is the error to report, not a
   // tokenizer the file may lack because its package brings its own.
   LoadModelOptions model_options;
-  model_options.sha256 = to_hex(digest);
+  model_options.sha256 = model_file.sha256;
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file, model_options));
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
@@ -725,8 +727,9 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   std::shared_ptr<const Model> draft_model;
   uint64_t draft_weights = 0;
   if (!o.draft_model.empty()) {
-    POWER_ASSIGN_OR_RETURN(auto draft_file_owned, GgufFile::open(o.draft_model));
-    std::shared_ptr<const GgufFile> draft_file(std::move(draft_file_owned));
+    POWER_ASSIGN_OR_RETURN(runtime::ModelFile draft_opened,
+                           runtime::open_model_file(o.draft_model, o));
+    std::shared_ptr<const GgufFile> draft_file = draft_opened.file;
     POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> draft_tok, load_tokenizer(*draft_file));
     Status same = spec::check_same_vocabulary(*tokenizer, *draft_tok);
     if (!same.ok()) return same.with("draft_model", o.draft_model);
@@ -766,7 +769,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     slot->tokenizer = tokenizer;
     ModelInfo& info = slot->info;
     info.path = path;
-    info.sha256 = to_hex(digest);
+    info.sha256 = model_file.sha256;
     info.arch = hp.arch;
     info.n_vocab = hp.n_vocab;
     info.n_layer = hp.n_layer;
