@@ -63,6 +63,9 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (a.no_ui) o.ui = false;
   if (a.no_warmup) o.warmup = false;
   if (given("--instance-id")) o.instance_id = a.opts.instance_id;
+  if (a.opts.redact_logs) o.redact_logs = true;
+  if (given("--model-key-file")) o.load.model_key_file = a.opts.load.model_key_file;
+  if (a.opts.load.require_mlock) o.load.require_mlock = true;
   if (given("--ctx")) o.load.n_ctx = a.opts.load.n_ctx;
   if (given("--max-running")) o.load.max_running = a.opts.load.max_running;
   if (given("--max-waiting")) o.load.max_waiting = a.opts.load.max_waiting;
@@ -184,6 +187,14 @@ void add_serve_commands(CLI::App& app) {
                 "Helm memoryPlan values) and exit without serving");
   cmd->add_option("--instance-id", o.instance_id,
                   "This replica's name: X-Power-Instance header, /health (default host:port)");
+  cmd->add_flag("--redact-logs", o.redact_logs,
+                "Keep prompts, outputs, tool arguments and inputs out of logs and error "
+                "messages (docs/CONFIDENTIAL.md)");
+  cmd->add_option("--model-key-file", o.load.model_key_file,
+                  "Key of encrypted model containers (power encrypt; 32 bytes or 64 hex "
+                  "digits; also POWER_MODEL_KEY)");
+  cmd->add_flag("--require-mlock", o.load.require_mlock,
+                "Refuse decrypted weights that cannot be locked in RAM (RLIMIT_MEMLOCK)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")

@@ -121,6 +121,14 @@ Status apply_config_json(const json& config, ServerOptions* o) {
     } else if (key == "warmup" || key == "no_warmup") {
       if (!v.is_boolean()) return type_error(raw_key, "true or false");
       o->warmup = key == "warmup" ? v.get<bool>() : !v.get<bool>();
+    } else if (key == "redact_logs") {
+      if (!v.is_boolean()) return type_error(raw_key, "true or false");
+      o->redact_logs = v.get<bool>();
+    } else if (key == "model_key_file") {
+      POWER_RETURN_IF_ERROR(str(&o->load.model_key_file));
+    } else if (key == "require_mlock") {
+      if (!v.is_boolean()) return type_error(raw_key, "true or false");
+      o->load.require_mlock = v.get<bool>();
     } else if (key == "instance_id") {
       POWER_RETURN_IF_ERROR(str(&o->instance_id));
     } else if (key == "drain_timeout") {

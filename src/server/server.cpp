@@ -36,6 +36,7 @@
 #include "server/ollama_api.h"
 #include "server/onnx_http.h"
 #include "server/openai_mapping.h"
+#include "server/redact.h"
 #include "server/tool_stream.h"
 
 namespace power::server {
@@ -412,7 +413,10 @@ void Server::Impl::handle_generate(Endpoint endpoint, const httplib::Request& re
   if (mapped.error) return send_error(res, *mapped.error);
   const MappedRequest& m = mapped.mapped;
   if (opts.log_requests && !m.user.empty()) {
-    POWER_LOG_INFO("request {} user={}", res.get_header_value("X-Request-ID"), m.user);
+    // The user id may be an e-mail address: redacted logs carry a digest that still
+    // correlates one user's requests.
+    POWER_LOG_INFO("request {} user={}", res.get_header_value("X-Request-ID"),
+                   opts.redact_logs ? "sha256:" + sha256_hex(m.user).substr(0, 16) : m.user);
   }
 
   ResponseMeta meta;
@@ -795,8 +799,31 @@ void Server::Impl::register_routes(httplib::Server& s) {
         res.set_content(to_wire(error_body(e)), "application/json");
       });
 
+  // With --redact-logs an error's message loses any text the request itself carried (a
+  // quoted prompt fragment, a tool argument) before it is sent.
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts.redact_logs && res.status >= 400 && !res.body.empty() && !req.body.empty()) {
+      res.body = redact_error_body(res.body, req.body);
+    }
+  });
+
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.count_request(route_label(req.path), res.status);
+    // POWER_LOG=debug logs each exchange with the start of both bodies, as vLLM logs
+    // prompts; --redact-logs logs their sizes only.
+    if (log_level() >= LogLevel::kDebug) {
+      auto preview = [this](const std::string& body) {
+        if (opts.redact_logs) return redacted_size(body.size());
+        std::string p = body.substr(0, 240);
+        for (char& c : p) {
+          if (c == '\n' || c == '\r') c = ' ';
+        }
+        return body.size() > p.size() ? p + "..." : p;
+      };
+      POWER_LOG_DEBUG("{} {} {} request {} body: {} answer: {}", req.method, req.path, res.status,
+                      res.get_header_value("X-Request-ID"), preview(req.body),
+                      res.body.empty() ? std::string("(streamed)") : preview(res.body));
+    }
   });
 
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -56,6 +56,9 @@ struct ServerOptions {
   // What "-m" / "model" in /api/load names -> a file path (the CLI resolves store names).
   std::function<Result<std::string>(const std::string&)> resolve_model;
   bool log_requests = true;
+  // --redact-logs (server/redact.h): no request or response text in log lines (sizes instead)
+  // and none of the request's own text echoed in error messages.
+  bool redact_logs = false;
   // This process's name in a fleet: the X-Power-Instance header on every answer and /health's
   // "instance" (docs/DEPLOY.md); empty: hostname:port.
   std::string instance_id;

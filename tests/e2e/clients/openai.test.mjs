@@ -1,6 +1,7 @@
 // `power serve` driven by the official OpenAI JavaScript client (npm `openai`, pinned in
-// package.json). Starts the server on 127.0.0.1 with an ephemeral port and stories260K from
-// ../shared/models; POWER_BINARY and POWER_SHARED_DIR are set by ctest (run.sh).
+// package.json). Starts the server on 127.0.0.1 with an ephemeral port (or, with
+// POWER_E2E_TRANSPORT=unix, on a unix socket only: run.sh runs this file both ways) and
+// stories260K from ../shared/models; POWER_BINARY and POWER_SHARED_DIR are set by ctest.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -26,7 +27,7 @@ function startServer(extraArgs = []) {
 }
 
 async function metrics() {
-  const r = await fetch(`${baseURL}/metrics`);
+  const r = await server.fetch(`${baseURL}/metrics`);
   return r.text();
 }
 
@@ -38,7 +39,8 @@ function metricValue(text, name) {
 before(async () => {
   server = await startServer();
   baseURL = server.url;
-  client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+  client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'unused', maxRetries: 0,
+    fetch: server.fetch });
 });
 
 after(() => {
@@ -297,7 +299,7 @@ async function walk(endpoint, fields, samples, base) {
     assert.ok(field in verdicts, `${endpoint}: docs/SERVER.md has no row for '${field}'`);
     if (samples[field] === null) continue;  // the base request has it
     const body = { ...base, ...(companions[field] ?? {}), [field]: samples[field] };
-    const r = await fetch(`${baseURL}/v1/${endpoint}`, {
+    const r = await server.fetch(`${baseURL}/v1/${endpoint}`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
     });
     const text = await r.text();

@@ -12,4 +12,6 @@ for m in openai ollama playwright-core; do
 done
 [[ -f "${POWER_SHARED_DIR:-}/models/stories260K/stories260K-F32.gguf" ]] ||
   skip "stories260K not found under POWER_SHARED_DIR=${POWER_SHARED_DIR:-}"
+# The OpenAI suite runs twice: over tcp, and over a unix-socket-only server (--listen unix://).
+POWER_E2E_TRANSPORT=unix node --test --test-concurrency=1 openai.test.mjs confidential.test.mjs || exit 1
 exec node --test --test-concurrency=1 openai.test.mjs ollama.test.mjs browser.test.mjs console.test.mjs
