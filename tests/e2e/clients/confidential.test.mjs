@@ -84,3 +84,54 @@ test('--redact-logs: no log line and no error message carries request or answer 
     redacted.logs.slice(0, 2000));
   assert.ok(lines.some((l) => /user=sha256:[0-9a-f]{16}/.test(l)));
 });
+
+// Encrypted weights (docs/CONFIDENTIAL.md "Encrypted weights"): stories260K encrypted with
+// `power encrypt`, served with --model-key-file, answers exactly as the plain file, and the
+// receipts bind the same model digest (the plaintext SHA-256).
+test('an encrypted model serves bit-identical answers and receipts name the same weights', async () => {
+  const { mkdtempSync, writeFileSync, readdirSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { execFileSync } = await import('node:child_process');
+  const dir = mkdtempSync(`${tmpdir()}/power-enc-`);
+  try {
+    const keyFile = `${dir}/model.key`;
+    writeFileSync(keyFile, '7f'.repeat(32) + '\n', { mode: 0o600 });
+    const enc = `${dir}/stories260K-F32.gguf`;
+    execFileSync(process.env.POWER_BINARY, ['encrypt', modelFile, enc, '--key-file', keyFile]);
+    const ask = async (file, extra) => {
+      const server = await startServer(['-m', file, '--ctx', '256', '--threads', '1',
+        '--keep-alive-timeout', '1', ...extra], { POWER_E2E_TRANSPORT: 'unix' });
+      try {
+        const r = await server.fetch(`${server.url}/v1/completions`, {
+          method: 'POST', headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: MODEL, prompt: 'Once upon a time', max_tokens: 48,
+            temperature: 0, logprobs: 3, power_receipt: true }),
+        });
+        assert.equal(r.status, 200);
+        const body = await r.json();
+        const receipt = JSON.parse(body.power_receipt);
+        return { text: body.choices[0].text, logprobs: body.choices[0].logprobs, receipt };
+      } finally {
+        const exited = new Promise((resolve) => server.proc.on('exit', resolve));
+        server.proc.kill('SIGTERM');
+        await exited;
+      }
+    };
+    const before = new Set(readdirSync(tmpdir()));
+    const plain = await ask(modelFile, []);
+    const secret = await ask(enc, ['--model-key-file', keyFile]);
+    assert.equal(secret.text, plain.text);
+    assert.deepEqual(secret.logprobs, plain.logprobs);
+    assert.deepEqual(secret.receipt.model, plain.receipt.model);
+    assert.deepEqual(secret.receipt.output, plain.receipt.output);
+    // No plaintext copy appeared beside the temp files (the container's own dir aside).
+    const created = [...readdirSync(tmpdir())].filter((f) => !before.has(f) &&
+      !f.startsWith('power-e2e-'));
+    assert.deepEqual(created, []);
+    // Without the key the server refuses to start, naming the container.
+    await assert.rejects(startServer(['-m', enc, '--ctx', '256'], { POWER_E2E_TRANSPORT: 'unix' }),
+      /encrypted Power container/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
