@@ -41,7 +41,7 @@ stage sdk-example bash scripts/sdk_example.sh
 
 # The test binaries that hold the hostile-input tests (ctest label "hostile"); only these are
 # built with ASan+UBSan, to keep CI's cost down. Keep in step with the labels in tests/.
-hostile_targets="format_hostile_test secure_test text_test chat_test tool_calls_test onnx_hostile_test receipt_test attest_test server_test kernels_test tool_stream_test host_test clients_http_test console_http_test validate_test"
+hostile_targets="format_hostile_test secure_test text_test chat_test tool_calls_test onnx_hostile_test receipt_test attest_test server_test redact_test kernels_test tool_stream_test host_test clients_http_test console_http_test validate_test"
 if [[ "${POWER_SKIP_SANITIZE:-0}" != 1 ]]; then
   stage sanitize bash -c "cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
       -DPOWER_SANITIZE=ON -DPOWER_WITH_STORE=OFF >/dev/null \
