@@ -11,7 +11,6 @@
 #include <cstring>
 
 namespace power::attest::detail {
-namespace {
 
 // OpenSSL leaves reasons on a thread-local queue; a failed parse must not leave them for an
 // unrelated later caller to misreport, so every failure path drains the queue into the message.
@@ -26,6 +25,8 @@ std::string drain_openssl_errors() {
   }
   return out.empty() ? "no OpenSSL detail" : out;
 }
+
+namespace {
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }

@@ -51,6 +51,10 @@ Status verify_ecdsa_p384_sha384_le(const X509* cert, std::span<const uint8_t> me
 // error when it appears twice.
 Result<std::optional<std::vector<uint8_t>>> extension_value(const X509* cert, const char* oid);
 
+// Empties OpenSSL's thread-local error queue into one line ("no OpenSSL detail" when empty), so
+// a failure's reasons are reported with it and not left for an unrelated later caller.
+std::string drain_openssl_errors();
+
 std::string base64_encode(std::span<const uint8_t> bytes);
 // Standard alphabet with padding; whitespace is not accepted.
 Result<std::vector<uint8_t>> base64_decode(std::string_view text);

@@ -19,6 +19,7 @@ void add_bench_commands(CLI::App& app);     // bench
 void add_dev_commands(CLI::App& app);       // dev synth
 void add_receipt_commands(CLI::App& app);   // key show, verify, replay
 void add_secure_commands(CLI::App& app);    // encrypt, decrypt --verify
+void add_attest_commands(CLI::App& app);    // attest verify (RA-TLS)
 void add_store_commands(CLI::App& app);     // pull, ls, show, rm, ps (POWER_WITH_STORE)
 void add_onnx_commands(CLI::App& app);      // onnx inspect/run, classify, vad, ocr
 void add_serve_commands(CLI::App& app);     // serve

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   power::cli::add_onnx_commands(app);
   power::cli::add_receipt_commands(app);
   power::cli::add_secure_commands(app);
+  power::cli::add_attest_commands(app);
 #if POWER_WITH_STORE
   power::cli::add_store_commands(app);
 #endif
