@@ -53,6 +53,8 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--cors-origin")) o.cors_origins = a.opts.cors_origins;
   if (given("--tls-cert")) o.tls_cert = a.opts.tls_cert;
   if (given("--tls-key")) o.tls_key = a.opts.tls_key;
+  if (given("--ra-tls")) o.ra_tls = a.opts.ra_tls;
+  if (given("--ra-tls-vcek")) o.ra_tls_vcek_file = a.opts.ra_tls_vcek_file;
   if (given("--max-body-bytes")) o.max_body_bytes = a.opts.max_body_bytes;
   if (given("--http-threads")) o.http_threads = a.opts.http_threads;
   if (given("--read-timeout")) o.read_timeout_s = a.opts.read_timeout_s;
@@ -197,6 +199,11 @@ void add_serve_commands(CLI::App& app) {
                 "Refuse decrypted weights that cannot be locked in RAM (RLIMIT_MEMLOCK)");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
+  cmd->add_option("--ra-tls", o.ra_tls,
+                  "Attested TLS: auto|sev-snp|tdx|development (a fresh key whose certificate "
+                  "carries TEE evidence; development: unattested; docs/CONFIDENTIAL.md)");
+  cmd->add_option("--ra-tls-vcek", o.ra_tls_vcek_file,
+                  "SEV-SNP: the VCEK (PEM/DER) when the host's certificate table has none");
   cmd->add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")
       ->capture_default_str();
   cmd->add_option("--http-threads", o.http_threads, "Connections served at once")

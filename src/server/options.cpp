@@ -121,6 +121,10 @@ Status apply_config_json(const json& config, ServerOptions* o) {
     } else if (key == "warmup" || key == "no_warmup") {
       if (!v.is_boolean()) return type_error(raw_key, "true or false");
       o->warmup = key == "warmup" ? v.get<bool>() : !v.get<bool>();
+    } else if (key == "ra_tls") {
+      POWER_RETURN_IF_ERROR(str(&o->ra_tls));
+    } else if (key == "ra_tls_vcek_file") {
+      POWER_RETURN_IF_ERROR(str(&o->ra_tls_vcek_file));
     } else if (key == "redact_logs") {
       if (!v.is_boolean()) return type_error(raw_key, "true or false");
       o->redact_logs = v.get<bool>();

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "attest/ra_tls.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -77,6 +78,7 @@ std::string route_label(const std::string& path) {
                                                 "/health",
                                                 "/health/live",
                                                 "/health/ready",
+                                                "/v1/attestation",
                                                 "/metrics",
                                                 "/api/ps",
                                                 "/api/pull",
@@ -207,6 +209,9 @@ struct Server::Impl {
   std::vector<std::unique_ptr<Listener>> listeners;
   ApiKeys keys;
   bool auth = false;
+  // --ra-tls: the attested key and certificate every listener serves (null: off).
+  std::unique_ptr<attest::RaTlsIdentity> ra_tls;
+  std::mutex attestation_mu;  // one TEE report request at a time
   Metrics metrics;
   std::atomic<bool> draining{false};
   // True from start() until the models are loaded and warmed up: /health says "loading".
@@ -718,8 +723,9 @@ void Server::Impl::register_routes(httplib::Server& s) {
       }
       return httplib::Server::HandlerResponse::Handled;
     }
+    // /v1/attestation is open: a client checks the server before it trusts it with a key.
     const bool open_path = req.path == "/health" || req.path.starts_with("/health/") ||
-                           (opts.ui && is_console_path(req.path));
+                           req.path == "/v1/attestation" || (opts.ui && is_console_path(req.path));
     const std::string authorization = req.get_header_value("Authorization");
     if (auth && !open_path && !keys.check_header(authorization)) {
       // OpenAI's two 401s: no key at all, or a key it does not know.
@@ -1015,6 +1021,32 @@ void Server::Impl::register_routes(httplib::Server& s) {
     if (registry->list().empty() && !onnx) return "no_models";
     return "ok";
   };
+  // Fresh TEE evidence bound to the TLS key and the client's nonce (attest/ra_tls.h).
+  s.Get("/v1/attestation", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!ra_tls) {
+      ApiError e;
+      e.http_status = 404;
+      e.message = "this server does not serve RA-TLS (power serve --ra-tls)";
+      e.code = "attestation_unavailable";
+      return send_error(res, e);
+    }
+    auto nonce = attest::parse_ra_tls_nonce(req.get_param_value("nonce"));
+    if (!nonce.ok()) {
+      return send_error(res, bad_request(nonce.status().message(), "nonce", "invalid_nonce"));
+    }
+    std::lock_guard<std::mutex> lk(attestation_mu);
+    auto body = ra_tls->fresh_evidence(*nonce);
+    if (!body.ok()) {
+      ApiError e;
+      e.http_status = 500;
+      e.type = "server_error";
+      e.message = "cannot obtain attestation evidence: " + body.status().message();
+      e.code = "attestation_failed";
+      return send_error(res, e);
+    }
+    send_json(res, *body);
+  });
+
   s.Get("/health/live", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, json{{"status", "ok"}});
   });
@@ -1175,9 +1207,31 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
     }
     addresses.push_back(std::move(a));
   }
+  if (!o.ra_tls.empty()) {
+    if (!o.tls_cert.empty()) {
+      return Status(
+          StatusCode::kInvalidArgument,
+          "--ra-tls makes its own attested key and certificate: drop --tls-cert/--tls-key");
+    }
+    POWER_ASSIGN_OR_RETURN(attest::RaTlsMode mode, attest::parse_ra_tls_mode(o.ra_tls));
+    attest::RaTlsOptions ra;
+    ra.tee.snp_vcek_file = o.ra_tls_vcek_file;
+    auto identity = attest::RaTlsIdentity::create(mode, ra);
+    if (!identity.ok()) {
+      Status st = identity.status();
+      return Status(st.code(), "--ra-tls: " + st.message());
+    }
+    impl->ra_tls = std::make_unique<attest::RaTlsIdentity>(std::move(*identity));
+  }
   for (const auto& a : addresses) {
     std::unique_ptr<Listener> l;
-    if (!o.tls_cert.empty()) {
+    if (impl->ra_tls) {
+      l = make_listener<httplib::SSLServer>(a, impl->ra_tls->certificate(),
+                                            impl->ra_tls->private_key());
+      if (!l->http->is_valid()) {
+        return Status(StatusCode::kInternal, "cannot serve the RA-TLS certificate");
+      }
+    } else if (!o.tls_cert.empty()) {
       l = make_listener<httplib::SSLServer>(a, o.tls_cert.c_str(), o.tls_key.c_str());
       if (!l->http->is_valid()) {
         return Status(StatusCode::kInvalidArgument, "cannot load the TLS certificate and key")
@@ -1402,7 +1456,7 @@ std::vector<std::string> Server::listening() const {
   return out;
 }
 bool Server::tls() const {
-  return !impl_->opts.tls_cert.empty();
+  return !impl_->opts.tls_cert.empty() || impl_->ra_tls != nullptr;
 }
 
 Status Server::wait() {

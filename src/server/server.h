@@ -43,6 +43,11 @@ struct ServerOptions {
   // Origins browsers may call from (server/cors.h); empty: the local origins; "*": any.
   std::vector<std::string> cors_origins;
   std::string tls_cert, tls_key;  // both set: HTTPS
+  // --ra-tls auto|sev-snp|tdx|development (attest/ra_tls.h): HTTPS with a fresh key whose
+  // certificate carries TEE evidence binding it; GET /v1/attestation?nonce= answers fresh
+  // evidence. Empty: off. Exclusive with tls_cert/tls_key. docs/CONFIDENTIAL.md.
+  std::string ra_tls;
+  std::string ra_tls_vcek_file;  // a VCEK for SEV-SNP hosts whose certificate table lacks one
   uint64_t max_body_bytes = 16ull << 20;
   int http_threads = 256;  // connections served at once (each stream holds one)
   int read_timeout_s = 30;
