@@ -208,7 +208,15 @@ scrape_configs:
   proc.stderrText = () => err;
   proc.exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
   await waitFor(`${proc.url}/-/ready`);
-  return proc;
+  // Ready is not scraping: the discovery manager hands targets to the scrape loops up to 5 s
+  // later. Wait until every replica has been scraped, so a short load cannot finish unseen.
+  for (let i = 0; i < 400; i++) {
+    const r = await fetch(`${proc.url}/api/v1/query?query=${encodeURIComponent('up == 1')}`);
+    const j = await r.json();
+    if (j.status === 'success' && j.data.result.length === replicas.length) return proc;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  throw new Error(`Prometheus did not scrape all ${replicas.length} replicas within 20 s`);
 }
 
 // An instant PromQL query; resolves with the result vector.
