@@ -117,7 +117,14 @@ TEST_F(EncryptedModelTest, SameOutputsIdentityAndReceiptsAsThePlainFile) {
 TEST_F(EncryptedModelTest, NoPlaintextReachesAFileAndSecretsAreWiped) {
   POWER_REQUIRE_SHARED();
   encrypt(secure::kChunkBytesDefault);
-  const std::set<std::string> temp_before = testing::files_under(testing::temp_root());
+  // The load runs with TMPDIR pointing at an empty directory of this test's own, so that
+  // "no file appeared" is about this process (the system temp dir is shared with concurrently
+  // running tests, which create files there).
+  const std::string private_tmp = dir_ + "/tmp";
+  std::filesystem::create_directories(private_tmp);
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved_tmp = old_tmp ? old_tmp : "";
+  setenv("TMPDIR", private_tmp.c_str(), 1);
   const uint64_t plain_bytes = std::filesystem::file_size(stories_f32());
   auto rt = runtime();
   testing::WipeWatcher watcher;
@@ -147,10 +154,12 @@ TEST_F(EncryptedModelTest, NoPlaintextReachesAFileAndSecretsAreWiped) {
       EXPECT_NE(p, stories_f32());
       EXPECT_EQ(p.find("(deleted)"), std::string::npos) << p;
     }
-    std::set<std::string> temp_after = testing::files_under(testing::temp_root());
-    for (const std::string& f : temp_after) {
-      if (f.rfind(dir_, 0) == 0) continue;  // this test's own files (key, container, keys/)
-      EXPECT_TRUE(temp_before.count(f)) << "a file appeared in the temp dir: " << f;
+    EXPECT_EQ(testing::files_under(private_tmp), std::set<std::string>{})
+        << "a file appeared in TMPDIR";
+    if (saved_tmp.empty()) {
+      unsetenv("TMPDIR");
+    } else {
+      setenv("TMPDIR", saved_tmp.c_str(), 1);
     }
     for (const std::string& f : testing::files_under(dir_)) {
       EXPECT_TRUE(f == container_ || f == key_file_ || f.rfind(dir_ + "/keys/", 0) == 0)
