@@ -8,8 +8,10 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "base/env.h"
+#include "base/secure_memory.h"
 
 namespace power {
 
@@ -27,30 +29,40 @@ bool huge_pages_enabled() {
 }
 
 HugeRegion::~HugeRegion() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  release();
+}
+
+void HugeRegion::release() {
+  if (data_ == nullptr) return;
+  if (secret_) {
+    secure_wipe(data_, size_);
+    if (locked_) ::munlock(data_, size_);
+  }
+  ::munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
 }
 
 HugeRegion::HugeRegion(HugeRegion&& o) noexcept
-    : data_(o.data_), size_(o.size_), advised_(o.advised_) {
-  o.data_ = nullptr;
-  o.size_ = 0;
-  o.advised_ = false;
-}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      advised_(std::exchange(o.advised_, false)),
+      secret_(std::exchange(o.secret_, false)),
+      locked_(std::exchange(o.locked_, false)) {}
 
 HugeRegion& HugeRegion::operator=(HugeRegion&& o) noexcept {
   if (this != &o) {
-    if (data_ != nullptr) ::munmap(data_, size_);
-    data_ = o.data_;
-    size_ = o.size_;
-    advised_ = o.advised_;
-    o.data_ = nullptr;
-    o.size_ = 0;
-    o.advised_ = false;
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    advised_ = std::exchange(o.advised_, false);
+    secret_ = std::exchange(o.secret_, false);
+    locked_ = std::exchange(o.locked_, false);
   }
   return *this;
 }
 
-Result<HugeRegion> HugeRegion::allocate(uint64_t bytes) {
+Result<HugeRegion> HugeRegion::allocate(uint64_t bytes, bool secret) {
   if (bytes == 0) return Status(StatusCode::kInvalidArgument, "huge region of 0 bytes");
   const uint64_t page = page_bytes();
   if (bytes > UINT64_MAX / 2 - kHugePageBytes) {
@@ -81,6 +93,11 @@ Result<HugeRegion> HugeRegion::allocate(uint64_t bytes) {
 #if defined(MADV_HUGEPAGE)
   if (huge_pages_enabled()) r.advised_ = ::madvise(r.data_, size, MADV_HUGEPAGE) == 0;
 #endif
+  // Secret copies stay out of swap where the lock limit allows (as the decrypted weights
+  // they come from; a copy that cannot be locked is still made, like those weights under
+  // the default best-effort locking).
+  r.secret_ = secret;
+  if (secret) r.locked_ = ::mlock(r.data_, size) == 0;
   return r;
 }
 

@@ -44,17 +44,24 @@ class HugeRegion {
 
   // A zero-filled region of at least `bytes` (> 0) bytes at a 2 MiB boundary. Fails with
   // kResourceExhausted when the address space or memory cannot be mapped.
-  static Result<HugeRegion> allocate(uint64_t bytes);
+  // secret: the contents derive from a LockedBuffer (decrypted weights): the region is
+  // mlock'ed where RLIMIT_MEMLOCK allows (locked() says whether) and zeroed before unmapping.
+  static Result<HugeRegion> allocate(uint64_t bytes, bool secret = false);
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   // True when MADV_HUGEPAGE was advised (not switched off, accepted by the kernel).
   bool advised() const { return advised_; }
+  bool secret() const { return secret_; }
+  bool locked() const { return locked_; }
 
  private:
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   bool advised_ = false;
+  bool secret_ = false;
+  bool locked_ = false;
+  void release();
 };
 
 // False when POWER_HUGEPAGES disables the advice.

@@ -1,5 +1,8 @@
 #include "base/secure_memory.h"
 
+#include <map>
+#include <mutex>
+
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -33,6 +36,29 @@ void testing::set_secure_memory_observer(const SecureMemoryObserver* observer) {
 
 void secure_wipe(void* data, size_t size_bytes) {
   if (data != nullptr && size_bytes > 0) OPENSSL_cleanse(data, size_bytes);
+}
+
+namespace {
+
+// Live LockedBuffers' mapped ranges [begin, end), for in_locked_buffer().
+std::mutex& ranges_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<uintptr_t, uintptr_t>& ranges() {
+  static std::map<uintptr_t, uintptr_t> r;
+  return r;
+}
+
+}  // namespace
+
+bool in_locked_buffer(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lk(ranges_mu());
+  auto it = ranges().upper_bound(a);
+  if (it == ranges().begin()) return false;
+  --it;
+  return a >= it->first && a < it->second;
 }
 
 LockedBuffer::LockedBuffer(LockedBuffer&& o) noexcept
@@ -93,6 +119,11 @@ Result<LockedBuffer> LockedBuffer::allocate(size_t size_bytes, MemoryLock lock,
   if (const auto* obs = g_observer.load(); obs != nullptr && obs->on_allocate != nullptr) {
     obs->on_allocate(purpose, b.data_, b.size_);
   }
+  {
+    std::lock_guard<std::mutex> lk(ranges_mu());
+    const auto begin = reinterpret_cast<uintptr_t>(b.data_);
+    ranges()[begin] = begin + mapped;
+  }
   return b;
 }
 
@@ -108,6 +139,10 @@ void LockedBuffer::reset() {
   OPENSSL_cleanse(data_, mapped_bytes_);
   if (const auto* obs = g_observer.load(); obs != nullptr && obs->on_wipe != nullptr) {
     obs->on_wipe(purpose_, data_, size_);
+  }
+  {
+    std::lock_guard<std::mutex> lk(ranges_mu());
+    ranges().erase(reinterpret_cast<uintptr_t>(data_));
   }
   if (locked_) ::munlock(data_, mapped_bytes_);
   ::munmap(data_, mapped_bytes_);

@@ -67,4 +67,8 @@ class LockedBuffer {
 // outside a LockedBuffer (a stack array, a std::string the caller is done with).
 void secure_wipe(void* data, size_t size_bytes);
 
+// True when `p` points into a live LockedBuffer: code that copies such bytes into memory of
+// its own (the kernels' packed weight copies) treats the copy as a secret too.
+bool in_locked_buffer(const void* p);
+
 }  // namespace power

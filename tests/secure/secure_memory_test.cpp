@@ -2,6 +2,8 @@
 // allows, read-only once sealed, wiped on reset; kRequired fails when mlock is refused.
 #include "base/secure_memory.h"
 
+#include "base/huge_pages.h"
+
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -71,6 +73,38 @@ TEST(LockedBuffer, RequiredLockFailsBeyondTheLimit) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The kernels' packed copies of decrypted weights (kernels/cpu/matmul_repack.cpp asks
+// in_locked_buffer() of the source): a secret HugeRegion is locked where allowed and not
+// dumpable; an ordinary one is not locked.
+TEST(LockedBuffer, KnowsItsRangesAndSecretHugeRegionsAreLocked) {
+  auto b = LockedBuffer::allocate(3 * 4096 + 10, MemoryLock::kBestEffort, "test");
+  ASSERT_TRUE(b.ok());
+  const uint8_t* p = b->data();
+  EXPECT_TRUE(in_locked_buffer(p));
+  EXPECT_TRUE(in_locked_buffer(p + b->size() - 1));
+  int on_stack = 0;
+  EXPECT_FALSE(in_locked_buffer(&on_stack));
+  b->reset();
+  EXPECT_FALSE(in_locked_buffer(p));
+
+  auto secret = HugeRegion::allocate(3 << 20, /*secret=*/true);
+  ASSERT_TRUE(secret.ok());
+  std::memset(secret->data(), 0x5a, secret->size());
+  const std::string flags = testing::vm_flags_of(secret->data());
+  EXPECT_TRUE(secret->secret());
+  EXPECT_TRUE(testing::has_vm_flag(flags, "dd")) << flags;
+  EXPECT_EQ(testing::has_vm_flag(flags, "lo"), secret->locked()) << flags;
+  auto plain = HugeRegion::allocate(1 << 20);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->secret());
+  EXPECT_FALSE(plain->locked());
+  EXPECT_FALSE(testing::has_vm_flag(testing::vm_flags_of(plain->data()), "lo"));
+  // Moving keeps the flags with the memory.
+  HugeRegion moved = std::move(*secret);
+  EXPECT_TRUE(moved.secret());
+  EXPECT_EQ(testing::has_vm_flag(testing::vm_flags_of(moved.data()), "lo"), moved.locked());
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "base/env.h"
 #include "base/huge_pages.h"
 #include "base/log.h"
+#include "base/secure_memory.h"
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -186,7 +187,10 @@ int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
     offsets.push_back(total);
     total += (packs.back()->bytes() + 63) / 64 * 64;
   }
-  Result<HugeRegion> region = HugeRegion::allocate(total);
+  // Copies of decrypted weights (an encrypted container) are secrets like their source:
+  // locked where allowed, zeroed when freed (docs/CONFIDENTIAL.md "Encrypted weights").
+  const bool secret = in_locked_buffer(todo.front()->data);
+  Result<HugeRegion> region = HugeRegion::allocate(total, secret);
   if (!region.ok()) {
     POWER_LOG_WARN("weights stay unpacked: {}", region.status().to_string());
     std::shared_lock lock(reg.mu);
