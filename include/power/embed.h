@@ -42,6 +42,11 @@ struct EmbedOptions {
   int max_waiting = 4096;            // waiting calls beyond which embed() says kQueueFull
   std::string pooling;               // "" (the file's), "none", "mean", "cls" or "last"
   uint64_t memory_budget_bytes = 0;  // open(): 0 = no check; Runtime::load_embedding fills it
+  // An encrypted container (power encrypt): the key, as LoadOptions' fields of the same names
+  // (include/power/runtime.h; docs/CONFIDENTIAL.md "Encrypted weights").
+  std::string model_key_file;
+  std::string model_key_hex;
+  bool require_mlock = false;
 };
 
 struct EmbedRequest {
@@ -103,7 +108,8 @@ class EmbeddingModel {
 };
 
 // True when the GGUF file at `path` is an embedding model Power runs (general.architecture
-// "bert"); reads only the metadata.
-bool is_embedding_model_file(const std::string& path);
+// "bert"); reads only the metadata. An encrypted container is decrypted with `keys`' model key
+// to see its metadata (false without a key).
+bool is_embedding_model_file(const std::string& path, const EmbedOptions& keys = {});
 
 }  // namespace power

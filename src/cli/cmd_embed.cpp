@@ -19,6 +19,7 @@ namespace {
 
 struct EmbedArgs {
   std::string model;
+  std::string model_key_file;
   std::vector<std::string> texts;
   std::string file;
   bool normalize = false;
@@ -65,6 +66,7 @@ void run_embed(const EmbedArgs& args) {
   o.n_ctx = args.n_ctx;
   o.pooling = args.pooling;
   o.batch_window_us = 0;  // one caller: nothing to wait for
+  o.model_key_file = args.model_key_file;
   auto model = EmbeddingModel::open(*path, o);
   if (!model.ok()) return report_error(model.status());
   auto res = (*model)->embed(req);
@@ -97,6 +99,8 @@ void add_embed_commands(CLI::App& app) {
   static EmbedArgs a;
   cmd->add_option("-m,--model", a.model, "GGUF file (or a store model name)")->required();
   cmd->add_option("--text", a.texts, "Text to embed (repeatable)");
+  cmd->add_option("--model-key-file", a.model_key_file,
+                  "Key of an encrypted model container (power encrypt; also POWER_MODEL_KEY)");
   cmd->add_option("--file", a.file, "File with one text per line");
   cmd->add_flag("--normalize", a.normalize, "L2-normalize each vector");
   cmd->add_flag("--json", a.json, "Print {\"embeddings\":[[...],...],\"prompt_tokens\":N}");

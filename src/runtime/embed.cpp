@@ -20,9 +20,25 @@
 #include "host/registry.h"
 #include "host/text.h"
 #include "power/embed.h"
+#include "power/runtime.h"
+#include "runtime/model_file.h"
+#include "secure/container.h"
 #include "text/tokenizer.h"
 
 namespace power {
+
+namespace {
+
+// The key fields of EmbedOptions as the model-file opener takes them.
+LoadOptions key_source(const EmbedOptions& o) {
+  LoadOptions lo;
+  lo.model_key_file = o.model_key_file;
+  lo.model_key_hex = o.model_key_hex;
+  lo.require_mlock = o.require_mlock;
+  return lo;
+}
+
+}  // namespace
 
 namespace {
 
@@ -62,8 +78,8 @@ class EmbeddingModelImpl {
           .with("max_batch_tokens", o.max_batch_tokens)
           .with("batch_window_us", o.batch_window_us);
     }
-    POWER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
-    std::shared_ptr<const GgufFile> file(std::move(f));
+    POWER_ASSIGN_OR_RETURN(runtime::ModelFile mf, runtime::open_model_file(path, key_source(o)));
+    std::shared_ptr<const GgufFile> file = std::move(mf.file);
     LoadModelOptions lo;
     lo.kind = sdk::ModelKind::kEncoder;
     POWER_ASSIGN_OR_RETURN(model_, load_model(file, lo));
@@ -334,10 +350,20 @@ EmbedStats EmbeddingModel::stats() const {
   return impl_->stats();
 }
 
-bool is_embedding_model_file(const std::string& path) {
-  auto f = GgufFile::open(path);
-  if (!f.ok()) return false;
-  auto arch = (*f)->get_string("general.architecture");
+bool is_embedding_model_file(const std::string& path, const EmbedOptions& keys) {
+  auto encrypted = secure::is_container_file(path);
+  if (!encrypted.ok()) return false;
+  std::shared_ptr<const GgufFile> f;
+  if (*encrypted) {
+    auto mf = runtime::open_model_file(path, key_source(keys));
+    if (!mf.ok()) return false;
+    f = std::move(mf->file);
+  } else {
+    auto plain = GgufFile::open(path);
+    if (!plain.ok()) return false;
+    f = std::move(*plain);
+  }
+  auto arch = f->get_string("general.architecture");
   if (!arch.ok()) return false;
   auto entry = ArchitectureRegistry::global().find(*arch);
   return entry != nullptr && entry->arch.kind == sdk::ModelKind::kEncoder;

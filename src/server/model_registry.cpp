@@ -27,8 +27,11 @@ Result<std::shared_ptr<LoadedModel>> ModelRegistry::load(const std::string& file
     POWER_ASSIGN_OR_RETURN(path, resolve_(file_or_name));
   }
   auto m = std::make_shared<LoadedModel>();
-  if (is_embedding_model_file(path)) {
-    EmbedOptions eo;  // microbatched: concurrent /v1/embeddings requests share passes
+  EmbedOptions eo;  // microbatched: concurrent /v1/embeddings requests share passes
+  eo.model_key_file = options_.model_key_file;
+  eo.model_key_hex = options_.model_key_hex;
+  eo.require_mlock = options_.require_mlock;
+  if (is_embedding_model_file(path, eo)) {
     eo.threads = options_.threads;
     eo.memory_budget_bytes = runtime_->budget_bytes();
     POWER_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingModel> em, EmbeddingModel::open(path, eo));

@@ -88,7 +88,7 @@ test('--redact-logs: no log line and no error message carries request or answer 
 // Encrypted weights (docs/CONFIDENTIAL.md "Encrypted weights"): stories260K encrypted with
 // `power encrypt`, served with --model-key-file, answers exactly as the plain file, and the
 // receipts bind the same model digest (the plaintext SHA-256).
-test('an encrypted model serves bit-identical answers and receipts name the same weights', async () => {
+test('encrypted models serve bit-identical answers and receipts name the same weights', async () => {
   const { mkdtempSync, writeFileSync, readdirSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const { execFileSync } = await import('node:child_process');
@@ -128,6 +128,26 @@ test('an encrypted model serves bit-identical answers and receipts name the same
     const created = [...readdirSync(tmpdir())].filter((f) => !before.has(f) &&
       !f.startsWith('power-e2e-'));
     assert.deepEqual(created, []);
+    // An encrypted embedding model: the same vectors as the plain file.
+    const bertEnc = `${dir}/bert-mean-F16.gguf`;
+    execFileSync(process.env.POWER_BINARY, ['encrypt', bertFile, bertEnc, '--key-file', keyFile]);
+    const embed = async (file, extra) => {
+      const server = await startServer(['-m', file, '--threads', '1', '--keep-alive-timeout', '1',
+        ...extra], { POWER_E2E_TRANSPORT: 'unix' });
+      try {
+        const r = await server.fetch(`${server.url}/v1/embeddings`, {
+          method: 'POST', headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'bert-mean-F16', input: ['a secret sentence', 'two'] }),
+        });
+        assert.equal(r.status, 200);
+        return (await r.json()).data.map((d) => d.embedding);
+      } finally {
+        const exited = new Promise((resolve) => server.proc.on('exit', resolve));
+        server.proc.kill('SIGTERM');
+        await exited;
+      }
+    };
+    assert.deepEqual(await embed(bertEnc, ['--model-key-file', keyFile]), await embed(bertFile, []));
     // Without the key the server refuses to start, naming the container.
     await assert.rejects(startServer(['-m', enc, '--ctx', '256'], { POWER_E2E_TRANSPORT: 'unix' }),
       /encrypted Power container/);
