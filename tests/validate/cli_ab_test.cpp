@@ -74,10 +74,13 @@ class CliAbTest : public ::testing::Test {
 TEST_F(CliAbTest, AaIsNeverSelected) {
   POWER_REQUIRE_SHARED();
   int retained = 0;
-  for (int seed = 1; seed <= 20; ++seed) {
+  // Four rounds: each round reloads both instances, and where a load lands in memory moves its
+  // speed by several per cent; with two rounds both placements favoured the candidate by 5-8 %
+  // in one of 20 seeds here (order medians 1.08 / 1.05 against an A/A floor of 0.017).
+  for (int seed = 1; seed <= 10; ++seed) {
     const std::string out = "aa" + std::to_string(seed) + ".json";
     auto r = ab({"--baseline", path("t1.json"), "--candidate", path("t1.json"), "--workload",
-                 path("w.jsonl"), "--rounds", "2", "--order", "random", "--seed",
+                 path("w.jsonl"), "--rounds", "4", "--order", "random", "--seed",
                  std::to_string(seed), "--equivalence", "bit-exact", "--out", path(out)});
     // Exit 2: baseline retained (3 would be a parity failure of a setting against itself).
     EXPECT_EQ(r.exit_code, 2) << "seed " << seed << "\n" << r.out << r.err;
@@ -86,13 +89,13 @@ TEST_F(CliAbTest, AaIsNeverSelected) {
     if (seed == 1) {
       const json e = evidence(out);
       EXPECT_EQ(e["decision"]["result"], "baseline-retained");
-      EXPECT_EQ(e["runs"].size(), 2u * 2 * 4);  // A/A and A/B phases, 2 rounds, 4 runs each
+      EXPECT_EQ(e["runs"].size(), 2u * 4 * 4);  // A/A and A/B phases, 4 rounds, 4 runs each
       EXPECT_TRUE(e["derived"]["output"]["same_logits"].get<bool>());
       auto v = run_power({"ab", "verify", path(out)});
       EXPECT_EQ(v.exit_code, 0) << v.err;
     }
   }
-  EXPECT_EQ(retained, 20);
+  EXPECT_EQ(retained, 10);
 }
 
 TEST_F(CliAbTest, FasterCandidateIsSelectedAndApplied) {
