@@ -81,13 +81,16 @@ inline size_t send_all(int fd, const std::string& raw) {
 // One request (POST with a body, JSON unless `content_type` says otherwise, or GET when
 // `method` says so) to `path` on 127.0.0.1:port on its own connection; `headers` are extra
 // header lines ("Name: value\r\n").
-inline RawReply request_raw(int port, const std::string& method, const std::string& path,
-                            const std::string& body,
-                            const std::string& content_type = "application/json",
-                            const std::string& headers = "", int timeout_s = 60) {
+// The same over an already connected socket of any kind (tcp, unix, vsock), which it closes;
+// reads time out after timeout_s.
+inline RawReply request_on(int fd, const std::string& method, const std::string& path,
+                           const std::string& body,
+                           const std::string& content_type = "application/json",
+                           const std::string& headers = "", int timeout_s = 60) {
   RawReply r;
-  int fd = connect_loopback(port, timeout_s);
   if (fd < 0) return r;
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string raw = method + " " + path +
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                           "Content-Type: " +
@@ -110,6 +113,14 @@ inline RawReply request_raw(int port, const std::string& method, const std::stri
   r.body = in.substr(he + 4);
   if (r.head.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
   return r;
+}
+
+inline RawReply request_raw(int port, const std::string& method, const std::string& path,
+                            const std::string& body,
+                            const std::string& content_type = "application/json",
+                            const std::string& headers = "", int timeout_s = 60) {
+  return request_on(connect_loopback(port, timeout_s), method, path, body, content_type, headers,
+                    timeout_s);
 }
 
 inline RawReply post_raw(int port, const std::string& path, const std::string& body) {

@@ -98,36 +98,7 @@ TEST(ListenAddress, ConfigKeyTakesAStringOrAnArray) {
   EXPECT_FALSE(apply_config_json(json::parse(R"({"listen": [1]})"), &o).ok());
 }
 
-// One request on a connected socket (Connection: close, read to EOF).
-RawReply request_on(int fd, const std::string& method, const std::string& path,
-                    const std::string& body) {
-  RawReply r;
-  if (fd < 0) return r;
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string raw = method + " " + path +
-                          " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  http_test::send_all(fd, raw);
-  std::string in;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    in.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t he = in.find("\r\n\r\n");
-  if (he == std::string::npos || !in.starts_with("HTTP/1.1 ")) return r;
-  r.status = std::atoi(in.c_str() + 9);
-  r.head = in.substr(0, he);
-  r.body = in.substr(he + 4);
-  if (r.head.find("Transfer-Encoding: chunked") != std::string::npos) {
-    r.body = http_test::dechunk(r.body);
-  }
-  return r;
-}
+using http_test::request_on;
 
 int connect_unix(const std::string& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
