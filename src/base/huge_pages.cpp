@@ -36,7 +36,7 @@ void HugeRegion::release() {
   if (data_ == nullptr) return;
   if (secret_) {
     secure_wipe(data_, size_);
-    if (locked_) ::munlock(data_, size_);
+    if (locked_) unlock_pages(data_, size_);
   }
   ::munmap(data_, size_);
   data_ = nullptr;
@@ -97,7 +97,7 @@ Result<HugeRegion> HugeRegion::allocate(uint64_t bytes, bool secret) {
   // they come from; a copy that cannot be locked is still made, like those weights under
   // the default best-effort locking).
   r.secret_ = secret;
-  if (secret) r.locked_ = ::mlock(r.data_, size) == 0;
+  if (secret) r.locked_ = lock_pages(r.data_, size);
   return r;
 }
 

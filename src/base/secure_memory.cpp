@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -51,6 +52,14 @@ std::map<uintptr_t, uintptr_t>& ranges() {
 }
 
 }  // namespace
+
+bool lock_pages(void* data, size_t size_bytes) {
+  return ::syscall(SYS_mlock, data, size_bytes) == 0;
+}
+
+void unlock_pages(void* data, size_t size_bytes) {
+  ::syscall(SYS_munlock, data, size_bytes);
+}
 
 bool in_locked_buffer(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -105,7 +114,7 @@ Result<LockedBuffer> LockedBuffer::allocate(size_t size_bytes, MemoryLock lock,
   b.mapped_bytes_ = mapped;
   // A core dump would write the secret to disk; the kernel honours this for every dumper.
   ::madvise(p, mapped, MADV_DONTDUMP);
-  if (::mlock(p, mapped) == 0) {
+  if (lock_pages(p, mapped)) {
     b.locked_ = true;
   } else if (lock == MemoryLock::kRequired) {
     const int err = errno;
@@ -144,7 +153,7 @@ void LockedBuffer::reset() {
     std::lock_guard<std::mutex> lk(ranges_mu());
     ranges().erase(reinterpret_cast<uintptr_t>(data_));
   }
-  if (locked_) ::munlock(data_, mapped_bytes_);
+  if (locked_) unlock_pages(data_, mapped_bytes_);
   ::munmap(data_, mapped_bytes_);
   data_ = nullptr;
   size_ = 0;

@@ -67,6 +67,12 @@ class LockedBuffer {
 // outside a LockedBuffer (a stack array, a std::string the caller is done with).
 void secure_wipe(void* data, size_t size_bytes);
 
+// mlock(2) / munlock(2) as system calls: the sanitizer runtimes (ASan, TSan) replace the libc
+// functions with no-ops that report success, which would make an unlocked buffer claim to be
+// locked. lock_pages returns false (errno set) when the kernel refuses.
+bool lock_pages(void* data, size_t size_bytes);
+void unlock_pages(void* data, size_t size_bytes);
+
 // True when `p` points into a live LockedBuffer: code that copies such bytes into memory of
 // its own (the kernels' packed weight copies) treats the copy as a secret too.
 bool in_locked_buffer(const void* p);
