@@ -94,11 +94,6 @@ std::set<std::string> files_under(const std::string& dir) {
   return out;
 }
 
-std::string temp_root() {
-  const char* t = std::getenv("TMPDIR");
-  return t != nullptr && *t != '\0' ? t : "/tmp";
-}
-
 namespace {
 WipeWatcher* g_watcher = nullptr;
 SecureMemoryObserver g_observer;

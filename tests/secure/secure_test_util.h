@@ -25,8 +25,6 @@ std::vector<std::string> open_file_targets();
 std::vector<std::string> mapped_paths();
 // Regular files below `dir` (recursively), as paths.
 std::set<std::string> files_under(const std::string& dir);
-// The system temp dir ($TMPDIR, else /tmp).
-std::string temp_root();
 
 // Records every LockedBuffer wipe while installed: its purpose, its size and whether every
 // byte read back as zero after the wipe; and how many buffers of each purpose were made.
