@@ -207,6 +207,7 @@ struct PreparedMatmul {
     // The packed kernels' arguments: the same activations and outputs, the packed groups.
     pa = {.w = packed->data.get(),
           .group_bytes = packed->group_bytes,
+          .n_groups = packed->n_groups,
           .k = args.k,
           .act = args.act,
           .act_stride = args.act_stride,
@@ -242,7 +243,9 @@ QuantizedActivations quantize_activations(CpuContext& ctx, GgmlType act, const f
                                           kernels::TokenMajorFn tm_fn) {
   const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
   const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
-  const bool tm = tm_fn != nullptr && n_tokens >= kernels::kTokenMajorMinTokens;
+  const int64_t tm_min = cpu_isa() == CpuIsa::kAvx512 ? kernels::kTokenMajorMinTokensVnni
+                                                      : kernels::kTokenMajorMinTokens;
+  const bool tm = tm_fn != nullptr && n_tokens >= tm_min;
   const int64_t tm_groups = tm ? n_tokens / 8 : 0;
   // rec_bytes is a multiple of 64, so the token-major groups start 64-byte aligned.
   uint8_t* recs =

@@ -101,10 +101,12 @@ struct PackedMatrix {
 //   int32 8 * isum[8 tokens]          8 times the token's int32 block sum (the Q4_0 offset)
 //   f32 d[8 tokens]
 // Group G of a call (tokens 8G .. 8G + 7) is at G * token_major_group_bytes(k). Only whole
-// groups are written; matmul builds them when n_tokens >= kTokenMajorMinTokens and the packed
-// kernel asks for them.
+// groups are written; matmul builds them when n_tokens >= token_major_min_tokens(isa) and the
+// packed kernel asks for them: 16 tokens for the AVX2 tiles (4 rows x 16 tokens), 8 under
+// AVX-512 VNNI (a tile of one token group).
 inline constexpr uint64_t kTokenMajorBlockBytes = 256 + 32 + 32;
 inline constexpr int64_t kTokenMajorMinTokens = 16;
+inline constexpr int64_t kTokenMajorMinTokensVnni = 8;
 inline constexpr uint64_t token_major_group_bytes(int64_t k) {
   return static_cast<uint64_t>(k / 32) * kTokenMajorBlockBytes;
 }
@@ -115,6 +117,7 @@ using TokenMajorFn = void (*)(const uint8_t* recs, uint64_t stride, int64_t k, i
 struct PackedArgs {
   const uint8_t* w = nullptr;  // group 0
   uint64_t group_bytes = 0;
+  int64_t n_groups = 0;  // groups in w (a kernel may prefetch the group after its own)
   int64_t k = 0;
   const uint8_t* act = nullptr;  // Q8_0 (Q4_0, Q8_0) or Q8_K (Q4_K) records, token 0
   uint64_t act_stride = 0;
