@@ -55,10 +55,17 @@ int NgramDrafter::draft(std::span<const int32_t> tokens, int max_k,
     // Most recent earlier occurrence: its start i < n - len, scanning backwards.
     for (int64_t i = n - len - 1; i >= 0; --i) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
+      // The tokens after the match, up to max_k. A continuation that runs into the end of
+      // the sequence goes on with the period it found (n - from tokens back): the draft's own
+      // tokens, so that a loop of any length drafts max_k tokens, not one period.
       const int64_t from = i + len;  // first token after the match (< n)
-      const int64_t take = std::min<int64_t>(max_k, n - from);
-      out.insert(out.end(), tokens.begin() + from, tokens.begin() + from + take);
-      return static_cast<int>(take);
+      const size_t first = out.size();
+      for (int64_t j = 0; j < max_k; ++j) {
+        const int64_t at = from + j;
+        out.push_back(at < n ? tokens[static_cast<size_t>(at)]
+                             : out[first + static_cast<size_t>(at - n)]);
+      }
+      return max_k;
     }
   }
   return 0;

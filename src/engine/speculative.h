@@ -49,7 +49,9 @@ struct Config {
 };
 
 // Prompt lookup: finds the most recent earlier occurrence of the sequence's last n tokens
-// (n from ngram_max down to ngram_min) and proposes the tokens that followed it.
+// (n from ngram_max down to ngram_min) and proposes the tokens that followed it; where those
+// reach the end of the sequence, the draft repeats the period between the match and the end
+// (a sequence caught in a loop of p tokens drafts max_k tokens of the loop, not p).
 class NgramDrafter {
  public:
   NgramDrafter(int ngram_min, int ngram_max) : min_(ngram_min), max_(ngram_max) {}

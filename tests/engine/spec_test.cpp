@@ -24,13 +24,28 @@ TEST(SpecNgram, ProposesWhatFollowedTheMostRecentMatch) {
   EXPECT_EQ(out, (std::vector<int32_t>{4, 6}));
 }
 
-TEST(SpecNgram, PrefersTheLongestSuffixAndStopsAtTheEnd) {
+TEST(SpecNgram, PrefersTheLongestSuffixAndRepeatsThePeriodPastTheEnd) {
   NgramDrafter d(1, 3);
   // 3-gram [1 2 3] matches at 0 (followed by 4 ...); the 1-gram [3] alone would match at 6.
+  // Everything after the match up to the end (8 tokens: the period), then the period again.
   const std::vector<int32_t> t = {1, 2, 3, 4, 5, 9, 3, 0, 1, 2, 3};
+  std::vector<int32_t> out = {42};  // appended to, not replaced
+  EXPECT_EQ(d.draft(t, 11, out), 11);
+  EXPECT_EQ(out, (std::vector<int32_t>{42, 4, 5, 9, 3, 0, 1, 2, 3, 4, 5, 9}));
+}
+
+TEST(SpecNgram, ALoopDraftsMaxKTokensOfItself) {
+  // A sequence stuck on one token: the last 2-gram [5 5] occurs one token back, whose
+  // continuation is one token long; the draft repeats it (period 1) up to max_k.
+  NgramDrafter d(2, 4);
   std::vector<int32_t> out;
-  EXPECT_EQ(d.draft(t, 16, out), 8);  // everything after the match up to the end
-  EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 9, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(d.draft(std::vector<int32_t>{3, 5, 5, 5}, 6, out), 6);
+  EXPECT_EQ(out, (std::vector<int32_t>(6, 5)));
+  // Period 3: in [7 8 9 7 8 9 7] the 4-gram [7 8 9 7] matches at 0, three tokens back; its
+  // continuation 8 9 7 reaches the end, then 8 9 again.
+  out.clear();
+  EXPECT_EQ(d.draft(std::vector<int32_t>{7, 8, 9, 7, 8, 9, 7}, 5, out), 5);
+  EXPECT_EQ(out, (std::vector<int32_t>{8, 9, 7, 8, 9}));
 }
 
 TEST(SpecNgram, NothingWithoutARepeat) {
