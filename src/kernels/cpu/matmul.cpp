@@ -188,7 +188,7 @@ struct PreparedMatmul {
   // quantized records, or null for float weights; tm: their token-major copy or null),
   // fn / packed_fn / tm_fn / packed being set.
   void bind(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, const uint8_t* recs,
-            uint64_t rec_bytes, const uint8_t* tm, int64_t tm_tokens, float* y, int64_t ldy) {
+            uint64_t rec_bytes, const uint8_t* tm, float* y, int64_t ldy) {
     rows = w.ne[1];
     args = {.w = static_cast<const uint8_t*>(w.data),
             .w_row_bytes = w.nb[1],
@@ -212,7 +212,6 @@ struct PreparedMatmul {
           .act = args.act,
           .act_stride = args.act_stride,
           .act_tm = tm_fn != nullptr ? tm : nullptr,
-          .tm_tokens = tm_fn != nullptr && tm != nullptr ? tm_tokens : 0,
           .n_tokens = args.n_tokens,
           .y = args.y,
           .ldy = args.ldy};
@@ -235,7 +234,6 @@ struct PreparedMatmul {
 struct QuantizedActivations {
   uint8_t* recs = nullptr;
   const uint8_t* tm = nullptr;  // token-major copy, or null
-  int64_t tm_tokens = 0;        // tokens in it (whole groups, the last maybe padded)
 };
 
 // Quantizes the n_tokens activation rows into the records of type act, and when tm_fn is set
@@ -245,17 +243,13 @@ QuantizedActivations quantize_activations(CpuContext& ctx, GgmlType act, const f
                                           kernels::TokenMajorFn tm_fn) {
   const uint64_t rec_bytes = kernels::act_record_bytes(act, k);
   const kernels::ActQuantFn simd_quant = act_quantizer_for(cpu_isa(), act);
-  const bool vnni = cpu_isa() == CpuIsa::kAvx512;
-  const int64_t tm_min = vnni ? kernels::kTokenMajorPadMinTokens : kernels::kTokenMajorMinTokens;
+  const int64_t tm_min = cpu_isa() == CpuIsa::kAvx512 ? kernels::kTokenMajorMinTokensVnni
+                                                      : kernels::kTokenMajorMinTokens;
   const bool tm = tm_fn != nullptr && n_tokens >= tm_min;
-  // Under VNNI a last group of 5 to 7 tokens is padded with zeroed records (matmul_internal.h).
-  const int64_t tail = n_tokens % 8;
-  const bool pad = tm && vnni && tail >= kernels::kTokenMajorPadMinTokens;
-  const int64_t n_recs = pad ? n_tokens - tail + 8 : n_tokens;
-  const int64_t tm_groups = tm ? n_recs / 8 : 0;
+  const int64_t tm_groups = tm ? n_tokens / 8 : 0;
   // rec_bytes is a multiple of 64, so the token-major groups start 64-byte aligned.
   uint8_t* recs =
-      ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_recs) +
+      ctx.act_scratch(rec_bytes * static_cast<uint64_t>(n_tokens) +
                       static_cast<uint64_t>(tm_groups) * kernels::token_major_group_bytes(k));
   auto quantize = [&](size_t begin, size_t end, int thread) {
     // row_scratch holds max_row floats: more than one ggml-format Q8 row of k <= max_row.
@@ -274,16 +268,12 @@ QuantizedActivations quantize_activations(CpuContext& ctx, GgmlType act, const f
   } else {
     ctx.pool().parallel_for(static_cast<size_t>(n_tokens), quantize);
   }
-  if (!tm) return {recs, nullptr, 0};
-  if (pad) {
-    std::memset(recs + rec_bytes * static_cast<uint64_t>(n_tokens), 0,
-                rec_bytes * static_cast<uint64_t>(n_recs - n_tokens));
-  }
-  uint8_t* out = recs + rec_bytes * static_cast<uint64_t>(n_recs);
+  if (!tm) return {recs, nullptr};
+  uint8_t* out = recs + rec_bytes * static_cast<uint64_t>(n_tokens);
   ctx.pool().parallel_for(static_cast<size_t>(tm_groups), [&](size_t begin, size_t end, int) {
     tm_fn(recs, rec_bytes, k, static_cast<int64_t>(begin), static_cast<int64_t>(end), out);
   });
-  return {recs, out, 8 * tm_groups};
+  return {recs, out};
 }
 
 // One product on its own (any weight type, any path).
@@ -304,7 +294,7 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
   const QuantizedActivations q =
       rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens, p.tm_fn)
                     : QuantizedActivations{};
-  p.bind(w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, q.tm_tokens, y, ldy);
+  p.bind(w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, y, ldy);
   ctx.pool().parallel_for(static_cast<size_t>(p.n_items), [&](size_t begin, size_t end, int) {
     p.run(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   });
@@ -354,8 +344,7 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     PreparedMatmul& p = prep[i];
-    p.bind(*jobs[i].w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, q.tm_tokens, jobs[i].y,
-           jobs[i].ldy);
+    p.bind(*jobs[i].w, x, ldx, n_tokens, q.recs, rec_bytes, q.tm, jobs[i].y, jobs[i].ldy);
     first_item[i + 1] = first_item[i] + p.n_items;
   }
   const int64_t total = first_item.back();

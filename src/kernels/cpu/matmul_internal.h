@@ -107,12 +107,6 @@ struct PackedMatrix {
 inline constexpr uint64_t kTokenMajorBlockBytes = 256 + 32 + 32;
 inline constexpr int64_t kTokenMajorMinTokens = 16;
 inline constexpr int64_t kTokenMajorMinTokensVnni = 8;
-// Under AVX-512 VNNI a last, partial group of at least kTokenMajorPadMinTokens tokens is
-// written too, padded with zero tokens (q = 0, sum 0, d = 0: their products are zero and never
-// stored): one 8-token tile computes 5 to 7 tokens faster than the 8-row tiles (1.1B Q4_0,
-// 1 thread: pp5 86 tok/s, pp8 145 to 185). Speculative verification passes of k + 1 = 5 rows
-// (the default k) and batches of 5 to 7 streams take it.
-inline constexpr int64_t kTokenMajorPadMinTokens = 5;
 inline constexpr uint64_t token_major_group_bytes(int64_t k) {
   return static_cast<uint64_t>(k / 32) * kTokenMajorBlockBytes;
 }
@@ -127,10 +121,8 @@ struct PackedArgs {
   int64_t k = 0;
   const uint8_t* act = nullptr;  // Q8_0 (Q4_0, Q8_0) or Q8_K (Q4_K) records, token 0
   uint64_t act_stride = 0;
-  // The token-major copy of tokens [0, tm_tokens) (layout above), or null. tm_tokens is a
-  // multiple of 8: 8 * (n_tokens / 8), or under VNNI one padded group more.
+  // The token-major copy of tokens [0, 8 * (n_tokens / 8)) (layout above), or null.
   const uint8_t* act_tm = nullptr;
-  int64_t tm_tokens = 0;
   int64_t n_tokens = 0;
   float* y = nullptr;  // y[t * ldy + r], r = 8 * group + row in group
   int64_t ldy = 0;
