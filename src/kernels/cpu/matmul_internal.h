@@ -101,9 +101,9 @@ struct PackedMatrix {
 //   int32 8 * isum[8 tokens]          8 times the token's int32 block sum (the Q4_0 offset)
 //   f32 d[8 tokens]
 // Group G of a call (tokens 8G .. 8G + 7) is at G * token_major_group_bytes(k). Only whole
-// groups are written; matmul builds them when n_tokens >= token_major_min_tokens(isa) and the
-// packed kernel asks for them: 16 tokens for the AVX2 tiles (4 rows x 16 tokens), 8 under
-// AVX-512 VNNI (a tile of one token group).
+// groups are written; matmul builds them when the packed kernel asks for them and n_tokens
+// reaches kTokenMajorMinTokens (the AVX2 tiles: 4 rows x 16 tokens) or, under AVX-512 VNNI,
+// kTokenMajorMinTokensVnni (a tile of one token group). matmul_repack.inc asserts both.
 inline constexpr uint64_t kTokenMajorBlockBytes = 256 + 32 + 32;
 inline constexpr int64_t kTokenMajorMinTokens = 16;
 inline constexpr int64_t kTokenMajorMinTokensVnni = 8;
