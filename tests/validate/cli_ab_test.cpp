@@ -42,9 +42,16 @@ class CliAbTest : public ::testing::Test {
     write("env.json", R"({"threads": 1, "env": {"POWER_AB_TEST_MARK": "candidate"}})");
     write("w.jsonl",
           "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"ignore_eos\": true}\n");
-    write("w2.jsonl",
-          "{\"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"ignore_eos\": true}\n"
-          "{\"prompt\": \"The quick brown fox\", \"max_tokens\": 32, \"ignore_eos\": true}\n");
+    // Prompts of about 80 tokens: two threads split a prefill of that size almost evenly, so the
+    // candidate's time to the first token is clearly shorter. On a 5-token prompt it was not: a
+    // short two-thread pass is dominated by the pool's hand-offs, one thread's TTFT measured
+    // level with two threads' on a 2-vCPU VM, and the TTFT gate (x1.10) kept the baseline in
+    // about one run in three.
+    write("w2.jsonl", "{\"prompt\": \"" + long_prompt("Once upon a time") +
+                          "\", \"max_tokens\": 32, \"ignore_eos\": true}\n"
+                          "{\"prompt\": \"" +
+                          long_prompt("The quick brown fox") +
+                          "\", \"max_tokens\": 32, \"ignore_eos\": true}\n");
   }
   static void TearDownTestSuite() {
     if (!dir_) return;
@@ -52,6 +59,14 @@ class CliAbTest : public ::testing::Test {
     testing::remove_tree(*dir_);
     delete dir_;
     dir_ = nullptr;
+  }
+  // `opening` followed by a story of some 80 tokens.
+  static std::string long_prompt(const std::string& opening) {
+    return opening +
+           ", there was a little girl named Lily who lived in a small house near the woods. "
+           "Every morning she walked to the river with her dog, looked at the fish and the "
+           "birds, and told her mother everything she had seen. One day she found a shiny "
+           "stone under a tree, and she wondered where it had come from";
   }
   static std::string path(const std::string& name) { return *dir_ + "/" + name; }
   static std::string model() { return path("134m-q8_0.gguf"); }
