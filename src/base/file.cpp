@@ -124,6 +124,22 @@ void MappedFile::advise(size_t offset, size_t length, AccessHint hint) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, length + (offset - begin), advice_of(hint));
 }
 
+void MappedFile::release(size_t offset, size_t length) const {
+  if (data_ == nullptr || offset >= size_ || is_secure_memory()) return;
+  if (length > size_ - offset) length = size_ - offset;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (offset + page - 1) / page * page;
+  const size_t end = (offset + length) / page * page;
+  if (end <= begin) return;
+  ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
+  if (path_.empty()) return;
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.valid()) {
+    ::posix_fadvise(fd.get(), static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                    POSIX_FADV_DONTNEED);
+  }
+}
+
 Result<std::vector<uint8_t>> read_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return errno_status("cannot open", path, errno);

@@ -129,6 +129,27 @@ float* CpuOps::row(const Act& a, int64_t r) const {
   return base + r * a.ld + a.col0;
 }
 
+bool CpuOps::weight_bytes(Op op, const BoundWeight& b, const TensorView** view,
+                          const PackedHint** packed) {
+  *view = &b.view;
+  *packed = nullptr;
+  if (b.stream_group < 0) return true;
+  if (ws_.streamer == nullptr) {
+    fail(
+        op,
+        Status(StatusCode::kInternal, "streamed weight without a streamer").with("tensor", b.name));
+    return false;
+  }
+  auto lease = ws_.streamer->acquire(ws_.stream_cursor, b.stream_group, b.stream_tensor);
+  if (!lease.ok()) {
+    fail(op, Status(lease.status()).with("tensor", b.name));
+    return false;
+  }
+  *view = lease->view;
+  *packed = lease->packed;
+  return true;
+}
+
 void CpuOps::embed(const sdk::Weight& table, sdk::Index ids, Act out) {
   if (!start(Op::kEmbed) || !valid(Op::kEmbed, out, "out")) return;
   if (!table || out.cols != table.ne[0] || out.rows != ws_.n_tokens) {
@@ -166,16 +187,20 @@ void CpuOps::linear(const sdk::Weight& w, const sdk::Weight* bias, Act in, Act o
                           .with("weight", fmt::format("[{}, {}]", w.ne[0], w.ne[1])));
     return;
   }
-  const TensorView& view = bound(w)->view;
   const int64_t k = w.ne[0], n_out = w.ne[1], n = in.rows;
   if (n == 0) return;
   float* y = row(out, 0);
   const float* x = row(in, 0);
-  if (precision == sdk::Precision::kDefault || is_float_type(view.type)) {
-    matmul(ws_.cpu, view, x, in.ld, n, y, out.ld);
+  if (precision == sdk::Precision::kDefault || is_float_type(bound(w)->view.type)) {
+    const TensorView* wv = nullptr;
+    const PackedHint* packed = nullptr;
+    if (!weight_bytes(Op::kLinear, *bound(w), &wv, &packed)) return;
+    matmul(ws_.cpu, *wv, x, in.ld, n, y, out.ld, packed != nullptr ? *packed : PackedHint());
   } else {
     // Exact: tiles of kExactTileRows rows decoded to f32 (in parallel), multiplied by the float
-    // path; in that kernel one (row, token) product does not depend on the tiling.
+    // path; in that kernel one (row, token) product does not depend on the tiling. The rows
+    // are decoded from the mapped artifact (a streamed weight's bytes are the same there).
+    const TensorView& view = bound(w)->view;
     float* tile = ws_.exact_tile(static_cast<uint64_t>(kExactTileRows * k));
     for (int64_t r0 = 0; r0 < n_out; r0 += kExactTileRows) {
       const int64_t nr = std::min(kExactTileRows, n_out - r0);
@@ -204,6 +229,20 @@ void CpuOps::linear_many(std::span<const sdk::LinearJob> jobs, Act in) {
                           .with("jobs", jobs.size()));
     return;
   }
+  // Streamed weights of different groups cannot be held at once (a pass holds one staging
+  // slot): one product at a time.
+  int32_t group = -1;
+  for (const sdk::LinearJob& job : jobs) {
+    if (job.w == nullptr || !*job.w) continue;
+    const int32_t g = bound(*job.w)->stream_group;
+    if (g >= 0 && group >= 0 && g != group) {
+      for (const sdk::LinearJob& one : jobs) {
+        linear(*one.w, one.bias, in, one.out, sdk::Precision::kDefault);
+      }
+      return;
+    }
+    if (g >= 0) group = g;
+  }
   MatmulJob mm[kMaxJobs];
   for (size_t j = 0; j < jobs.size(); ++j) {
     const sdk::LinearJob& job = jobs[j];
@@ -217,7 +256,10 @@ void CpuOps::linear_many(std::span<const sdk::LinearJob> jobs, Act in) {
                             .with("out_cols", job.out.cols));
       return;
     }
-    mm[j] = {&bound(*job.w)->view, row(job.out, 0), job.out.ld};
+    const TensorView* wv = nullptr;
+    const PackedHint* packed = nullptr;
+    if (!weight_bytes(Op::kLinear, *bound(*job.w), &wv, &packed)) return;
+    mm[j] = {wv, row(job.out, 0), job.out.ld, packed};
   }
   if (in.rows == 0) return;
   matmul_same_input(ws_.cpu, std::span<const MatmulJob>(mm, jobs.size()), row(in, 0), in.ld,

@@ -73,6 +73,12 @@ class CpuOps final : public sdk::Ops {
   Status status() const override { return status_; }
 
  private:
+  // The bytes the kernels read for `b` in this pass: its view and packed copy where it is
+  // resident, its staging slot's where it is streamed (waiting for the read). False on a
+  // read error (the op fails).
+  bool weight_bytes(sdk::Op op, const BoundWeight& b, const TensorView** view,
+                    const PackedHint** packed);
+
   // False (and nothing to do) when an earlier op failed or `op` was not declared.
   bool start(sdk::Op op);
   // Records an error of `op` (the first one only).

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "device/kv_cache.h"
+#include "device/residency.h"
 #include "kernels/cpu/context.h"
 #include "power/sdk/ops.h"
 
@@ -78,6 +79,11 @@ class Workspace {
   int64_t hidden_in_ld = 0;
   // Where the package left every token's final hidden state (Forward::set_hidden).
   sdk::Act hidden;
+
+  // The model's streamer when some of its weights are streamed (set for each pass), and the
+  // staging slot this pass holds.
+  WeightStreamer* streamer = nullptr;
+  WeightStreamer::Cursor stream_cursor;
 
   // Row t's final hidden state after a pass of a package that exports them (null otherwise).
   const float* hidden_row(int64_t t) const;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "base/log.h"
 #include "host/registry.h"
 #include "host/weights.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_repack.h"
 #include "tensor/quant.h"
 
 namespace power {
@@ -127,7 +129,7 @@ namespace {
 Status finish_load(Model& m, const Device& device, const sdk::ModelSpec& spec,
                    std::deque<BoundWeight>& weights, sdk::Model& package, WorkspacePlan& plan,
                    StateLayout& layout, KvCacheConfig& kv, std::vector<int64_t>& rec_floats,
-                   std::vector<bool>& declared, RepackedWeights& packs) {
+                   std::vector<bool>& declared) {
   (void)m;
   // Sizes.
   if ((spec.kind != sdk::ModelKind::kEncoder && spec.n_vocab <= 0) || spec.n_embd <= 0) {
@@ -208,21 +210,109 @@ Status finish_load(Model& m, const Device& device, const sdk::ModelSpec& spec,
       max_row = std::max(max_row, b.view.ne[0]);
   }
   plan.max_row = max_row;
-  // The CPU kernels' packed copies of the matrices (token-embedding tables used only for row
-  // lookups are not matrices here), made in one call so that they share one huge-page region.
-  std::vector<TensorView> matrices;
-  for (const BoundWeight& b : weights) {
-    if ((b.uses & sdk::kUseMatmul) == 0 || b.view.ne[2] != 1 || b.view.ne[3] != 1 ||
-        !matmul_repack_supported(b.view.type)) {
-      continue;
-    }
-    matrices.push_back(b.view);
-  }
-  packs.add_all(matrices);
   return Status();
 }
 
 }  // namespace
+
+// Where each weight lives (device/residency.h): the plan under o.weights_budget, the packed
+// copies of the pinned matrices, and the streamer for the rest. Everything that can fail
+// (the streamer's file and staging) happens before a bound weight changes.
+Status place_weights(Model& m, const LoadModelOptions& o) {
+  std::deque<BoundWeight>& weights = m.weights_;
+  const GgufFile& file = *m.file_;
+  const uint8_t* base = file.bytes().data();
+  // One plan entry per tensor (a table bound twice, for rows and as the output matrix, is one).
+  std::vector<ResidencyTensor> rts;
+  std::vector<TensorView> views;
+  std::vector<uint32_t> uses;
+  std::map<const void*, size_t> index;
+  for (const BoundWeight& b : weights) {
+    auto [it, fresh] = index.try_emplace(b.view.data, rts.size());
+    if (!fresh) {
+      uses[it->second] |= b.uses;
+      continue;
+    }
+    ResidencyTensor t;
+    t.name = b.name;
+    t.type = b.view.type;
+    for (int d = 0; d < 4; ++d) {
+      if (d < 2 || b.view.ne[d] != 1) t.shape.push_back(b.view.ne[d]);
+    }
+    t.file_offset = static_cast<uint64_t>(static_cast<const uint8_t*>(b.view.data) - base);
+    t.file_bytes = b.view.row_bytes() * static_cast<uint64_t>(b.view.n_rows());
+    rts.push_back(std::move(t));
+    views.push_back(b.view);
+    uses.push_back(b.uses);
+  }
+  // The matrices the kernels pack (token-embedding tables used only for row lookups are not
+  // matrices here).
+  auto matrix = [&](size_t i) {
+    const TensorView& v = views[i];
+    return (uses[i] & sdk::kUseMatmul) != 0 && v.ne[2] == 1 && v.ne[3] == 1 &&
+           matmul_repack_supported(v.type);
+  };
+  uint64_t total = 0;
+  for (size_t i = 0; i < rts.size(); ++i) {
+    ResidencyTensor& t = rts[i];
+    const bool vec = (uses[i] & (sdk::kUseVector | sdk::kUseConv)) != 0;
+    t.small = vec && (uses[i] & (sdk::kUseMatmul | sdk::kUseRows)) == 0;
+    t.rows_only = (uses[i] & sdk::kUseRows) != 0 && (uses[i] & sdk::kUseMatmul) == 0 && !vec;
+    const uint64_t pb = matrix(i) ? packed_bytes(views[i]) : 0;
+    if (t.small) {
+      t.resident_bytes = static_cast<uint64_t>(views[i].n_elements()) * sizeof(float);
+    } else if (pb > 0) {
+      t.resident_bytes = pb + (views[i].ne[1] % 8 != 0 ? t.file_bytes : 0);
+    } else {
+      t.resident_bytes = t.file_bytes;
+    }
+    total += t.resident_bytes;
+  }
+  m.residency_ = std::make_unique<ResidencyPlan>(
+      plan_residency(rts, o.weights_budget.resolve(total), m.model_file_->sha256()));
+  const ResidencyPlan& plan = *m.residency_;
+  // The plan sorted the tensors by offset: map them back.
+  std::map<const void*, int> plan_index;
+  std::vector<TensorView> plan_views(plan.tensors.size());
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const void* key = base + plan.tensors[i].file_offset;
+    plan_index[key] = static_cast<int>(i);
+    plan_views[i] = views[index.at(key)];
+  }
+  if (plan.streams()) {
+    POWER_ASSIGN_OR_RETURN(m.streamer_,
+                           WeightStreamer::create(file.path(), plan, plan_views, o.prefetch));
+  }
+  std::vector<TensorView> matrices;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const size_t v = index.at(base + plan.tensors[i].file_offset);
+    if (plan.tier[i] == WeightTier::kPinned && matrix(v)) matrices.push_back(views[v]);
+  }
+  // Packed in one call so that the copies share one huge-page region.
+  m.packs_.add_all(matrices);
+  if (!plan.streams()) return Status();
+  for (BoundWeight& b : weights) {
+    const int i = plan_index.at(b.view.data);
+    if (plan.tier[static_cast<size_t>(i)] != WeightTier::kStreamed) continue;
+    b.stream_group = plan.group_of[static_cast<size_t>(i)];
+    b.stream_tensor = i;
+  }
+  // What the kernels will not read from the mapping (streamed tensors, and packed matrices
+  // now served from their copies) leaves the process's resident set and the page cache.
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const size_t v = index.at(base + plan.tensors[i].file_offset);
+    if (plan.tier[i] == WeightTier::kStreamed ||
+        (plan.tier[i] == WeightTier::kPinned && matrix(v) && matmul_uses_repacked(views[v]))) {
+      file.mapping().release(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
+    }
+  }
+  POWER_LOG_INFO(
+      "weights: {} of {} resident, {} streamed in {} groups (budget {} bytes, "
+      "prefetch {}, staging {} bytes, plan {})",
+      plan.pinned_bytes, plan.total_bytes, plan.streamed_bytes, plan.streamed.size(),
+      plan.budget_bytes, o.prefetch, m.streamer_->staging_bytes(), plan.digest.substr(0, 16));
+  return Status();
+}
 
 Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file,
                                           const LoadModelOptions& o) {
@@ -270,8 +360,9 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file,
   }
   POWER_RETURN_IF_ERROR(finish_load(*m, *m->device_, spec, m->weights_, *m->package_, m->plan_,
                                     m->layout_, m->kv_geometry_, m->layout_recurrent_floats_,
-                                    m->declared_, m->packs_)
+                                    m->declared_)
                             .with("architecture", arch));
+  POWER_RETURN_IF_ERROR(place_weights(*m, o).with("architecture", arch));
   m->hp_.arch = arch;
   m->hp_.n_vocab = spec.kind == sdk::ModelKind::kEncoder ? spec.n_vocab : spec.n_vocab;
   m->hp_.n_embd = spec.n_embd;
@@ -292,6 +383,11 @@ Result<std::unique_ptr<Model>> load_draft_head(const Model& main) {
   o.kind = sdk::ModelKind::kDraftHead;
   o.sha256 = main.model_file_->sha256();
   return load_model(main.file_, o);
+}
+
+uint64_t Model::resident_weight_bytes() const {
+  if (streamer_ == nullptr) return file_->file_size() + packs_.bytes();
+  return residency_->pinned_bytes + streamer_->staging_bytes();
 }
 
 Result<std::unique_ptr<Workspace>> Model::make_workspace(int64_t max_batch_tokens, int64_t n_ctx,
@@ -373,7 +469,9 @@ Status Model::run(Workspace& ws, sdk::Pooling pooling) const {
   CpuOps ops(ws, layout_, declared_);
   const int64_t out_width = spec_.kind == sdk::ModelKind::kEncoder ? spec_.n_embd : spec_.n_vocab;
   HostForward f(ws, ops, out_width, spec_.n_embd, pooling);
+  ws.streamer = streamer_.get();
   Status st = package_->forward(f);
+  if (streamer_ != nullptr) streamer_->release(ws.stream_cursor);
   if (st.ok()) st = ops.status();
   ws.chunks = {};
   if (!st.ok()) return st.with("architecture", hp_.arch);

@@ -28,6 +28,7 @@
 #include "device/device.h"
 #include "device/kv_cache.h"
 #include "device/recurrent_state.h"
+#include "device/residency.h"
 #include "device/workspace.h"
 #include "format/gguf.h"
 #include "host/model_file.h"
@@ -52,6 +53,11 @@ struct LoadModelOptions {
   const Device* device = nullptr;  // null: the CPU
   sdk::ModelKind kind = sdk::ModelKind::kDecoder;
   std::string sha256;  // the artifact's, when the caller has it (receipts, TensorIdentity)
+  // Weights residency (device/residency.h, docs/RESIDENCY.md): unset or at least the model's
+  // resident size keeps every weight resident; below it the plan streams the rest from the
+  // file, reading `prefetch` groups (0-4) ahead.
+  WeightsBudget weights_budget;
+  int prefetch = 2;
 };
 
 class Model {
@@ -99,6 +105,12 @@ class Model {
                 sdk::Pooling pooling, float* out) const;
 
   const RepackedWeights& repacked() const { return packs_; }
+  // Where the weights live (every model has a plan; streamer() is null unless it streams).
+  const ResidencyPlan& residency() const { return *residency_; }
+  const WeightStreamer* streamer() const { return streamer_.get(); }
+  // Bytes the weights hold in memory: the mapping's resident part plus packed copies when
+  // nothing streams, else the plan's pinned bytes plus the staging slots.
+  uint64_t resident_weight_bytes() const;
   // The identities of the tensors the package bound (what receipts bind), sorted by name.
   std::vector<sdk::TensorIdentity> bound_tensors() const;
 
@@ -106,6 +118,7 @@ class Model {
   friend Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file,
                                                    const LoadModelOptions& options);
   friend Result<std::unique_ptr<Model>> load_draft_head(const Model& main);
+  friend Status place_weights(Model& m, const LoadModelOptions& o);
   Model() = default;
   Status run(Workspace& ws, sdk::Pooling pooling) const;
   Status fill_batch(Workspace& ws, std::span<const ForwardChunk> chunks, bool encoder) const;
@@ -124,6 +137,8 @@ class Model {
   std::vector<int64_t> layout_recurrent_floats_;
   std::vector<bool> declared_;
   RepackedWeights packs_;
+  std::unique_ptr<ResidencyPlan> residency_;
+  std::unique_ptr<WeightStreamer> streamer_;  // after residency_: it reads the plan
 };
 
 // Loads the architecture named by general.architecture (an error naming the known ones

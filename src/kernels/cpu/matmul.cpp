@@ -177,10 +177,13 @@ struct PreparedMatmul {
   int64_t n_groups = 0;
   int64_t n_items = 0;
 
-  // Sets packed_fn, packed and tm_fn when the active ISA runs W from a packed copy.
-  void find_packed(const TensorView& w) {
+  // Sets packed_fn, packed and tm_fn when the active ISA runs W from a packed copy: `hint`
+  // when one is given, else the registry's.
+  void find_packed(const TensorView& w, const PackedHint* hint) {
     packed_fn = packed_kernel_for(cpu_isa(), w.type);
-    if (packed_fn != nullptr) packed = kernels::find_packed(w);
+    if (packed_fn != nullptr) {
+      packed = hint != nullptr && *hint != nullptr ? *hint : kernels::find_packed(w);
+    }
     if (packed != nullptr) tm_fn = token_major_for(cpu_isa(), w.type);
   }
 
@@ -278,7 +281,7 @@ QuantizedActivations quantize_activations(CpuContext& ctx, GgmlType act, const f
 
 // One product on its own (any weight type, any path).
 void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
-                float* y, int64_t ldy) {
+                float* y, int64_t ldy, const PackedHint* hint) {
   const int64_t k = w.ne[0];
   const kernels::MatmulRowsFn fn = kernel_for(cpu_isa(), w.type);
   Result<GgmlType> act_type = vec_dot_activation_type(w.type);
@@ -289,7 +292,7 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
   POWER_CHECK(k <= ctx.max_row());
   PreparedMatmul p;
   p.fn = fn;
-  p.find_packed(w);
+  p.find_packed(w, hint);
   const uint64_t rec_bytes = kernels::act_record_bytes(*act_type, k);
   const QuantizedActivations q =
       rec_bytes > 0 ? quantize_activations(ctx, *act_type, x, ldx, k, n_tokens, p.tm_fn)
@@ -303,8 +306,8 @@ void matmul_one(CpuContext& ctx, const TensorView& w, const float* x, int64_t ld
 }  // namespace
 
 void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
-            float* y, int64_t ldy) {
-  matmul_one(ctx, w, x, ldx, n_tokens, y, ldy);
+            float* y, int64_t ldy, const PackedHint& packed) {
+  matmul_one(ctx, w, x, ldx, n_tokens, y, ldy, &packed);
 }
 
 void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const float* x,
@@ -331,11 +334,11 @@ void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const f
       break;
     }
     act = *act_type;
-    p.find_packed(w);
+    p.find_packed(w, jobs[i].packed);
     if (p.tm_fn != nullptr) tm_fn = p.tm_fn;
   }
   if (!shared || jobs.size() == 1) {
-    for (const MatmulJob& j : jobs) matmul_one(ctx, *j.w, x, ldx, n_tokens, j.y, j.ldy);
+    for (const MatmulJob& j : jobs) matmul_one(ctx, *j.w, x, ldx, n_tokens, j.y, j.ldy, j.packed);
     return;
   }
   POWER_CHECK(k <= ctx.max_row());

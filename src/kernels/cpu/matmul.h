@@ -11,13 +11,22 @@
 #include <cstdint>
 #include <span>
 
+#include <memory>
+
 #include "kernels/cpu/context.h"
 #include "tensor/tensor.h"
 
 namespace power {
 
+namespace kernels {
+struct PackedMatrix;
+}
+// A packed copy of a weight made outside the registry (matmul_repack.h make_packed: the
+// residency manager's staging slots); null: the registry's copy, if any.
+using PackedHint = std::shared_ptr<const kernels::PackedMatrix>;
+
 void matmul(CpuContext& ctx, const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens,
-            float* y, int64_t ldy);
+            float* y, int64_t ldy, const PackedHint& packed = nullptr);
 
 // Several products of the same input rows x (a layer's q/k/v or gate/up projections): the
 // activations are quantized once and all the products' rows are split over the threads in one
@@ -28,6 +37,7 @@ struct MatmulJob {
   const TensorView* w;
   float* y;
   int64_t ldy;
+  const PackedHint* packed = nullptr;  // as matmul()'s `packed`
 };
 void matmul_same_input(CpuContext& ctx, std::span<const MatmulJob> jobs, const float* x,
                        int64_t ldx, int64_t n_tokens);

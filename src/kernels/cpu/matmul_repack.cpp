@@ -247,6 +247,20 @@ std::shared_ptr<const PackedMatrix> find_packed(const TensorView& w) {
 
 }  // namespace kernels
 
+uint64_t packed_bytes(const TensorView& w) {
+  if (!matmul_repack_enabled() || !packable(w)) return 0;
+  return packed_shape(w)->bytes();
+}
+
+std::shared_ptr<const kernels::PackedMatrix> make_packed(const TensorView& w,
+                                                         std::shared_ptr<uint8_t> mem) {
+  if (packed_bytes(w) == 0 || mem == nullptr) return nullptr;
+  std::shared_ptr<kernels::PackedMatrix> p = packed_shape(w);
+  p->data = std::move(mem);
+  pack_into(w, *p);
+  return p;
+}
+
 bool matmul_uses_repacked(const TensorView& w) {
   return matmul_repack_supported(w.type) && kernels::find_packed(w) != nullptr;
 }

@@ -99,4 +99,13 @@ namespace kernels {
 std::shared_ptr<const PackedMatrix> find_packed(const TensorView& w);
 }  // namespace kernels
 
+// Packed copies outside the registry (the residency manager packs streamed weights into its
+// staging slots as they arrive, so that matmul runs the same kernels, bit for bit, as on a
+// resident packed copy). packed_bytes() is what make_packed() writes (0: `w` is not packed
+// under the active ISA and POWER_REPACK); make_packed() packs `w` into `mem` (64-byte
+// aligned, packed_bytes(w) long, kept alive by the result) and returns the matmul hint.
+uint64_t packed_bytes(const TensorView& w);
+std::shared_ptr<const kernels::PackedMatrix> make_packed(const TensorView& w,
+                                                         std::shared_ptr<uint8_t> mem);
+
 }  // namespace power

@@ -1,0 +1,646 @@
+#include "device/residency.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "base/sha256.h"
+#include "kernels/cpu/matmul_repack.h"
+
+namespace power {
+namespace {
+
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kDirectAlign = 4096;
+constexpr uint64_t kReadChunk = 4ull << 20;  // bytes per pread (>= 1 MiB, see the header)
+
+uint64_t round_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+std::shared_ptr<uint8_t> aligned_bytes(uint64_t n, uint64_t align) {
+  void* p = nullptr;
+  if (posix_memalign(&p, align, std::max<uint64_t>(round_up(n, align), align)) != 0) return nullptr;
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// "blk.<n>." -> n; -1 for tensors outside the blocks.
+int64_t block_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int64_t n = -1;
+  const char* b = name.data() + 4;
+  const char* e = name.data() + name.size();
+  auto [p, ec] = std::from_chars(b, e, n);
+  if (ec != std::errc() || p == b || p == e || *p != '.') return -1;
+  return n;
+}
+
+std::string bytes_text(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+std::string_view weight_tier_name(WeightTier t) {
+  switch (t) {
+    case WeightTier::kPinned:
+      return "pinned";
+    case WeightTier::kRows:
+      return "rows";
+    case WeightTier::kStreamed:
+      return "streamed";
+  }
+  return "?";
+}
+
+uint64_t WeightsBudget::resolve(uint64_t total) const {
+  if (!set) return UINT64_MAX;
+  if (percent) {
+    const long double b = static_cast<long double>(total) * value / 100.0L;
+    return b >= static_cast<long double>(UINT64_MAX) ? UINT64_MAX : static_cast<uint64_t>(b);
+  }
+  return value >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(value);
+}
+
+std::string WeightsBudget::to_string() const {
+  if (!set) return "auto";
+  if (percent) return fmt::format("{}%", value);
+  return fmt::format("{}", static_cast<uint64_t>(value));
+}
+
+Result<WeightsBudget> parse_weights_budget(std::string_view text) {
+  auto bad = [&](const char* why) {
+    return Status(StatusCode::kInvalidArgument, "bad weights budget")
+        .with("value", std::string(text))
+        .with("reason", why)
+        .with("expected", "bytes (e.g. 800000000, 800M, 1.5GiB) or a percentage (e.g. 50%)");
+  };
+  std::string s(text);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t lead = 0;
+  while (lead < s.size() && std::isspace(static_cast<unsigned char>(s[lead]))) ++lead;
+  s = s.substr(lead);
+  if (s.empty()) return bad("empty");
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return bad("no number");
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + i, v);
+  if (ec != std::errc() || p != s.data() + i || !std::isfinite(v) || v < 0) return bad("no number");
+  size_t u = i;
+  while (u < s.size() && std::isspace(static_cast<unsigned char>(s[u]))) ++u;
+  std::string unit = s.substr(u);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  WeightsBudget b;
+  b.set = true;
+  if (unit == "%") {
+    if (v > 100) return bad("a percentage above 100");
+    b.percent = true;
+    b.value = v;
+    return b;
+  }
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"b", 1},
+                                                       {"k", 1e3},
+                                                       {"kb", 1e3},
+                                                       {"m", 1e6},
+                                                       {"mb", 1e6},
+                                                       {"g", 1e9},
+                                                       {"gb", 1e9},
+                                                       {"t", 1e12},
+                                                       {"tb", 1e12},
+                                                       {"kib", 1024.0},
+                                                       {"mib", 1048576.0},
+                                                       {"gib", 1073741824.0},
+                                                       {"tib", 1099511627776.0}};
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end()) return bad("unknown unit");
+  b.value = std::floor(v * it->second);
+  return b;
+}
+
+ResidencyPlan plan_residency(std::vector<ResidencyTensor> tensors, uint64_t budget_bytes,
+                             std::string artifact_sha256) {
+  std::sort(tensors.begin(), tensors.end(), [](const ResidencyTensor& a, const ResidencyTensor& b) {
+    return a.file_offset != b.file_offset ? a.file_offset < b.file_offset : a.name < b.name;
+  });
+  ResidencyPlan plan;
+  plan.artifact_sha256 = std::move(artifact_sha256);
+  plan.budget_bytes = budget_bytes;
+  plan.tensors = std::move(tensors);
+  const size_t n = plan.tensors.size();
+  plan.tier.assign(n, WeightTier::kPinned);
+  plan.group_of.assign(n, -1);
+  std::map<int64_t, std::vector<int>> blocks;
+  std::vector<int> outside;
+  for (size_t i = 0; i < n; ++i) {
+    const ResidencyTensor& t = plan.tensors[i];
+    plan.total_bytes += t.resident_bytes;
+    if (t.small) {
+      plan.small_bytes += t.resident_bytes;
+      continue;
+    }
+    if (t.rows_only) {
+      plan.tier[i] = WeightTier::kRows;
+      continue;
+    }
+    const int64_t blk = block_of(t.name);
+    if (blk >= 0) {
+      blocks[blk].push_back(static_cast<int>(i));
+    } else {
+      outside.push_back(static_cast<int>(i));
+    }
+  }
+  // Groups in pass order: the blocks, then the matrices outside them (the output layer) in file
+  // order.
+  auto add_group = [&](std::string name, std::vector<int> members) {
+    ResidencyGroup g;
+    g.name = std::move(name);
+    g.file_begin = UINT64_MAX;
+    for (int m : members) {
+      const ResidencyTensor& t = plan.tensors[static_cast<size_t>(m)];
+      g.resident_bytes += t.resident_bytes;
+      g.file_begin = std::min(g.file_begin, t.file_offset);
+      g.file_end = std::max(g.file_end, t.file_offset + t.file_bytes);
+    }
+    g.members = std::move(members);
+    plan.groups.push_back(std::move(g));
+  };
+  for (auto& [blk, members] : blocks) add_group(fmt::format("blk.{}", blk), members);
+  for (int m : outside) add_group(plan.tensors[static_cast<size_t>(m)].name, {m});
+
+  // Whole groups from the front of the pass, then from its back, while they fit.
+  std::vector<bool> pinned(plan.groups.size(), budget_bytes >= plan.total_bytes);
+  if (budget_bytes < plan.total_bytes) {
+    uint64_t left = budget_bytes > plan.small_bytes ? budget_bytes - plan.small_bytes : 0;
+    size_t front = 0, back = plan.groups.size();
+    while (front < back && plan.groups[front].resident_bytes <= left) {
+      left -= plan.groups[front].resident_bytes;
+      pinned[front++] = true;
+    }
+    while (back > front && plan.groups[back - 1].resident_bytes <= left) {
+      left -= plan.groups[back - 1].resident_bytes;
+      pinned[--back] = true;
+    }
+  }
+  plan.pinned_bytes = plan.small_bytes;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const ResidencyGroup& grp = plan.groups[g];
+    if (pinned[g]) {
+      plan.pinned_bytes += grp.resident_bytes;
+      continue;
+    }
+    plan.streamed.push_back(static_cast<int>(g));
+    plan.streamed_bytes += grp.resident_bytes;
+    for (int m : grp.members) {
+      plan.tier[static_cast<size_t>(m)] = WeightTier::kStreamed;
+      plan.group_of[static_cast<size_t>(m)] = static_cast<int>(g);
+      plan.streamed_file_bytes += plan.tensors[static_cast<size_t>(m)].file_bytes;
+    }
+  }
+  nlohmann::json j = plan.to_json();
+  j.erase("digest");
+  plan.digest = sha256_hex(j.dump());
+  return plan;
+}
+
+nlohmann::json ResidencyPlan::to_json() const {
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["artifact_sha256"] = artifact_sha256;
+  j["budget_bytes"] =
+      budget_bytes == UINT64_MAX ? nlohmann::json(nullptr) : nlohmann::json(budget_bytes);
+  j["total_bytes"] = total_bytes;
+  j["small_bytes"] = small_bytes;
+  j["pinned_bytes"] = pinned_bytes;
+  j["streamed_bytes"] = streamed_bytes;
+  j["streamed_file_bytes_per_pass"] = streamed_file_bytes;
+  nlohmann::json ts = nlohmann::json::array();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ResidencyTensor& t = tensors[i];
+    ts.push_back({{"name", t.name},
+                  {"type", ggml_type_name(t.type)},
+                  {"shape", t.shape},
+                  {"offset", t.file_offset},
+                  {"length", t.file_bytes},
+                  {"resident_bytes", t.resident_bytes},
+                  {"tier", weight_tier_name(tier[i])}});
+  }
+  j["tensors"] = std::move(ts);
+  nlohmann::json gs = nlohmann::json::array();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool s =
+        std::find(streamed.begin(), streamed.end(), static_cast<int>(g)) != streamed.end();
+    gs.push_back({{"name", groups[g].name},
+                  {"tensors", groups[g].members.size()},
+                  {"resident_bytes", groups[g].resident_bytes},
+                  {"tier", s ? "streamed" : "pinned"}});
+  }
+  j["groups"] = std::move(gs);
+  j["digest"] = digest;
+  return j;
+}
+
+std::string ResidencyPlan::to_text() const {
+  std::string out;
+  out +=
+      fmt::format("artifact  sha256:{}\n", artifact_sha256.empty() ? "(unknown)" : artifact_sha256);
+  out += fmt::format("budget    {}\n",
+                     budget_bytes == UINT64_MAX
+                         ? std::string("none")
+                         : fmt::format("{} ({} bytes)", bytes_text(budget_bytes), budget_bytes));
+  out += fmt::format("resident  {} of {} ({} always pinned: vectors)\n", bytes_text(pinned_bytes),
+                     bytes_text(total_bytes), bytes_text(small_bytes));
+  out += fmt::format("streamed  {} in {} groups; {} read from the artifact per pass\n",
+                     bytes_text(streamed_bytes), streamed.size(), bytes_text(streamed_file_bytes));
+  out += fmt::format("digest    {}\n", digest);
+  out += "groups:\n";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool s =
+        std::find(streamed.begin(), streamed.end(), static_cast<int>(g)) != streamed.end();
+    out += fmt::format("  {:<24} {:<9} {:>3} tensors  {:>11}\n", groups[g].name,
+                       s ? "streamed" : "pinned", groups[g].members.size(),
+                       bytes_text(groups[g].resident_bytes));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tier[i] == WeightTier::kRows) {
+      out += fmt::format("  {:<24} rows      (row lookups from the mapping, {})\n", tensors[i].name,
+                         bytes_text(tensors[i].file_bytes));
+    }
+  }
+  return out;
+}
+
+// ---- WeightStreamer -------------------------------------------------------------------------
+
+Result<std::unique_ptr<WeightStreamer>> WeightStreamer::create(const std::string& path,
+                                                               const ResidencyPlan& plan,
+                                                               const std::vector<TensorView>& views,
+                                                               int lookahead, int slots) {
+  if (lookahead < 0 || lookahead > 4) {
+    return Status(StatusCode::kInvalidArgument, "prefetch lookahead must be 0 to 4 groups")
+        .with("lookahead", lookahead);
+  }
+  if (views.size() != plan.tensors.size()) {
+    return Status(StatusCode::kInternal, "views do not match the plan");
+  }
+  std::unique_ptr<WeightStreamer> s(new WeightStreamer());
+  s->plan_ = &plan;
+  s->views_ = views;
+  s->lookahead_ = lookahead;
+  s->order_.assign(plan.groups.size(), -1);
+  for (size_t i = 0; i < plan.streamed.size(); ++i)
+    s->order_[plan.streamed[i]] = static_cast<int>(i);
+  uint64_t span = 0;
+  for (int g : plan.streamed) {
+    const ResidencyGroup& grp = plan.groups[static_cast<size_t>(g)];
+    uint64_t bytes = 0;
+    for (int m : grp.members) {
+      const TensorView& v = views[static_cast<size_t>(m)];
+      const uint64_t file_bytes = plan.tensors[static_cast<size_t>(m)].file_bytes;
+      const uint64_t pb = packed_bytes(v);
+      bytes += pb > 0 ? round_up(pb, kAlign) + (v.ne[1] % 8 != 0 ? round_up(file_bytes, kAlign) : 0)
+                      : round_up(file_bytes, kAlign);
+    }
+    s->slot_bytes_ = std::max(s->slot_bytes_, bytes);
+    span = std::max(span, grp.file_end - grp.file_begin);
+  }
+  if (path.empty()) {
+    return Status(StatusCode::kUnsupported,
+                  "these weights have no file to stream from (decrypted in memory): give a "
+                  "weights budget of at least the model's size");
+  }
+  s->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s->fd_ < 0) {
+    return Status(StatusCode::kNotFound, "cannot open the weights to stream them")
+        .with("path", path)
+        .with("error", std::strerror(errno));
+  }
+#ifdef O_DIRECT
+  s->direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+#endif
+  s->io_buf_bytes_ = round_up(span, kDirectAlign) + 2 * kDirectAlign;
+  s->io_buf_ = aligned_bytes(s->io_buf_bytes_, kDirectAlign);
+  const int n_slots = slots > 0 ? slots : lookahead + 2;
+  s->slots_.resize(static_cast<size_t>(std::max(2, n_slots)));
+  for (Slot& slot : s->slots_) {
+    slot.mem = aligned_bytes(s->slot_bytes_, kDirectAlign);
+    if (slot.mem == nullptr) {
+      return Status(StatusCode::kResourceExhausted, "cannot allocate a weights staging slot")
+          .with("bytes", s->slot_bytes_);
+    }
+  }
+  if (s->io_buf_ == nullptr) {
+    return Status(StatusCode::kResourceExhausted, "cannot allocate the weights read buffer")
+        .with("bytes", s->io_buf_bytes_);
+  }
+  s->staging_bytes_ = s->slots_.size() * s->slot_bytes_ + s->io_buf_bytes_;
+  s->stats_.direct_io = s->direct_fd_ >= 0;
+  s->io_ = std::thread([p = s.get()] { p->io_loop(); });
+  return s;
+}
+
+WeightStreamer::~WeightStreamer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  io_cv_.notify_all();
+  if (io_.joinable()) io_.join();
+  if (fd_ >= 0) ::close(fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+}
+
+int WeightStreamer::slot_of(int group) const {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.group == group && (s.state == Slot::kLoading || s.state == Slot::kReady)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+bool WeightStreamer::wanted(int group) const {
+  const int n = static_cast<int>(plan_->streamed.size());
+  const int pos = order_[static_cast<size_t>(group)];
+  for (int h : heads_) {
+    if (h < 0 || pos < 0) continue;
+    const int d = ((pos - h) % n + n) % n;
+    if (d <= lookahead_) return true;
+  }
+  return false;
+}
+
+int WeightStreamer::pick_victim(int need_group) {
+  const bool urgent = need_group >= 0;
+  int best = -1, best_rank = -1;
+  const int n = static_cast<int>(plan_->streamed.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.refs > 0 || s.state == Slot::kLoading) continue;
+    int rank;
+    if (s.state == Slot::kEmpty || s.state == Slot::kFailed) {
+      rank = 3 * n + 2;
+    } else if (!wanted(s.group)) {
+      rank = 2 * n + 1;
+    } else if (urgent) {
+      // Wanted soon by some pass: the one needed latest goes first.
+      int d = 0;
+      const int pos = order_[static_cast<size_t>(s.group)];
+      for (int h : heads_) {
+        if (h >= 0) d = std::max(d, ((pos - h) % n + n) % n);
+      }
+      rank = d;
+    } else {
+      continue;
+    }
+    if (rank > best_rank) {
+      best_rank = rank;
+      best = static_cast<int>(i);
+    }
+  }
+  if (best >= 0 && slots_[static_cast<size_t>(best)].prefetched) {
+    ++stats_.prefetch_unused;
+    slots_[static_cast<size_t>(best)].prefetched = false;
+  }
+  return best;
+}
+
+Result<WeightStreamer::Lease> WeightStreamer::acquire(Cursor& c, int group, int tensor) {
+  auto lease_of = [&](int slot) -> Result<Lease> {
+    for (const Member& m : slots_[static_cast<size_t>(slot)].members) {
+      if (m.tensor == tensor) return Lease{&m.view, m.packed != nullptr ? &m.packed : nullptr};
+    }
+    return Status(StatusCode::kInternal, "tensor not in its streamed group")
+        .with("group", group)
+        .with("tensor", tensor);
+  };
+  if (c.slot >= 0 && c.group == group) return lease_of(c.slot);
+  release(c);
+  if (group < 0 || static_cast<size_t>(group) >= order_.size() ||
+      order_[static_cast<size_t>(group)] < 0) {
+    return Status(StatusCode::kInternal, "not a streamed group").with("group", group);
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  ++stats_.acquires;
+  const int pos = order_[static_cast<size_t>(group)];
+  heads_.push_back(pos);
+  int s = slot_of(group);
+  while (s < 0) {
+    s = pick_victim(group);
+    if (s >= 0) {
+      Slot& v = slots_[static_cast<size_t>(s)];
+      v.group = group;
+      v.state = Slot::kLoading;
+      v.prefetched = false;
+      queue_.push_front(s);
+      io_cv_.notify_one();
+      break;
+    }
+    cv_.wait(lk);
+    s = slot_of(group);
+  }
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  ++slot.refs;
+  if (slot.prefetched) {
+    ++stats_.prefetch_useful;
+    slot.prefetched = false;
+  }
+  // Read ahead: the next `lookahead` streamed groups in pass order (the next pass starts over).
+  const int n = static_cast<int>(plan_->streamed.size());
+  for (int d = 1; d <= lookahead_ && d < n; ++d) {
+    const int g = plan_->streamed[static_cast<size_t>((pos + d) % n)];
+    if (slot_of(g) >= 0) continue;
+    const int v = pick_victim(-1);
+    if (v < 0) break;
+    Slot& p = slots_[static_cast<size_t>(v)];
+    p.group = g;
+    p.state = Slot::kLoading;
+    p.prefetched = true;
+    queue_.push_back(v);
+    ++stats_.prefetch_loads;
+    io_cv_.notify_one();
+  }
+  if (slot.state == Slot::kReady) {
+    ++stats_.ready_hits;
+  } else {
+    ++stats_.waits;
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(lk, [&] { return slot.state == Slot::kReady || slot.state == Slot::kFailed; });
+    stats_.wait_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  if (slot.state == Slot::kFailed) {
+    heads_.erase(std::find(heads_.begin(), heads_.end(), pos));
+    Status err = slot.error;
+    if (--slot.refs == 0) {
+      slot.state = Slot::kEmpty;
+      slot.group = -1;
+    }
+    cv_.notify_all();
+    return err.with("group", plan_->groups[static_cast<size_t>(group)].name);
+  }
+  c.slot = s;
+  c.group = group;
+  return lease_of(s);
+}
+
+void WeightStreamer::release(Cursor& c) {
+  if (c.slot < 0) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Slot& s = slots_[static_cast<size_t>(c.slot)];
+    --s.refs;
+    auto it = std::find(heads_.begin(), heads_.end(), order_[static_cast<size_t>(c.group)]);
+    if (it != heads_.end()) heads_.erase(it);
+  }
+  cv_.notify_all();
+  c = Cursor{};
+}
+
+StreamStats WeightStreamer::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void WeightStreamer::io_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    io_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const int s = queue_.front();
+    queue_.pop_front();
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    const int group = slot.group;
+    lk.unlock();
+    Status st = load(slot, group);
+    lk.lock();
+    if (st.ok()) {
+      slot.state = Slot::kReady;
+      slot.error = Status();
+      ++stats_.loads;
+      const ResidencyGroup& g = plan_->groups[static_cast<size_t>(group)];
+      stats_.bytes_read += g.file_end - g.file_begin;
+    } else {
+      slot.state = Slot::kFailed;
+      slot.error = std::move(st);
+      slot.prefetched = false;
+      ++stats_.read_errors;
+      POWER_LOG_WARN("weights read failed: {}", slot.error.to_string());
+    }
+    stats_.direct_io = direct_fd_ >= 0;
+    cv_.notify_all();
+  }
+}
+
+Status WeightStreamer::load(Slot& s, int group) {
+  const ResidencyGroup& g = plan_->groups[static_cast<size_t>(group)];
+  const uint64_t begin = g.file_begin, end = g.file_end;
+  uint8_t* buf = io_buf_.get();
+  uint64_t a0 = begin;  // file offset of buf[0]
+  bool done = false;
+  if (direct_fd_ >= 0) {
+    a0 = begin / kDirectAlign * kDirectAlign;
+    const uint64_t a1 = round_up(end, kDirectAlign);
+    uint64_t off = a0;
+    bool fallback = false;
+    while (off < end) {
+      const uint64_t want = std::min(kReadChunk, a1 - off);
+      const ssize_t r = ::pread(direct_fd_, buf + (off - a0), want, static_cast<off_t>(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EINVAL) {  // the filesystem refuses direct reads after all
+        fallback = true;
+        break;
+      }
+      if (r < 0) {
+        return Status(StatusCode::kIo, "reading the weights failed")
+            .with("offset", off)
+            .with("error", std::strerror(errno));
+      }
+      if (r == 0) break;
+      off += static_cast<uint64_t>(r);
+    }
+    if (fallback) {
+      POWER_LOG_INFO("direct reads refused by the filesystem; reading through the page cache");
+      ::close(direct_fd_);
+      direct_fd_ = -1;
+    } else if (off < end) {
+      return Status(StatusCode::kCorrupt, "short read of the weights (file truncated?)")
+          .with("offset", off)
+          .with("expected_end", end);
+    } else {
+      done = true;
+    }
+  }
+  if (!done) {
+    a0 = begin;
+    uint64_t off = begin;
+    while (off < end) {
+      const uint64_t want = std::min(kReadChunk, end - off);
+      const ssize_t r = ::pread(fd_, buf + (off - a0), want, static_cast<off_t>(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        return Status(StatusCode::kIo, "reading the weights failed")
+            .with("offset", off)
+            .with("error", std::strerror(errno));
+      }
+      if (r == 0) {
+        return Status(StatusCode::kCorrupt, "short read of the weights (file truncated?)")
+            .with("offset", off)
+            .with("expected_end", end);
+      }
+      off += static_cast<uint64_t>(r);
+    }
+    // Read once per pass: keep them out of the page cache.
+    ::posix_fadvise(fd_, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                    POSIX_FADV_DONTNEED);
+  }
+  // Into the slot: packed copies made by the resident path's code, other tensors as read.
+  s.members.clear();
+  uint64_t off = 0;
+  for (int m : g.members) {
+    const ResidencyTensor& t = plan_->tensors[static_cast<size_t>(m)];
+    TensorView src = views_[static_cast<size_t>(m)];
+    src.data = buf + (t.file_offset - a0);
+    Member mem;
+    mem.tensor = m;
+    mem.view = src;
+    const uint64_t pb = packed_bytes(src);
+    if (pb > 0) {
+      mem.packed = make_packed(src, std::shared_ptr<uint8_t>(s.mem, s.mem.get() + off));
+      mem.view.data = s.mem.get() + off;  // only the packed kernels read it
+      off += round_up(pb, kAlign);
+      if (src.ne[1] % 8 != 0) {  // rows past the last group of 8 come from the original layout
+        std::memcpy(s.mem.get() + off, src.data, t.file_bytes);
+        mem.view.data = s.mem.get() + off;
+        off += round_up(t.file_bytes, kAlign);
+      }
+    } else {
+      std::memcpy(s.mem.get() + off, src.data, t.file_bytes);
+      mem.view.data = s.mem.get() + off;
+      off += round_up(t.file_bytes, kAlign);
+    }
+    if (off > slot_bytes_) return Status(StatusCode::kInternal, "staging slot overflow");
+    s.members.push_back(std::move(mem));
+  }
+  return Status();
+}
+
+}  // namespace power

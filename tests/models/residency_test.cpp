@@ -1,0 +1,342 @@
+// Weights residency (device/residency.h, docs/RESIDENCY.md): the plan's rules on made-up
+// tensor lists (expected tiers follow from the sizes by hand), budget strings, and on the peer
+// fixture models: logits and greedy tokens bit-identical at budgets of 100 / 75 / 50 / 25 / 0 %
+// of the weights, with and without read-ahead, from concurrent passes, and a read error that
+// fails a pass without harming the next.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "base/file.h"
+#include "device/residency.h"
+#include "host/model.h"
+#include "test_util.h"
+
+namespace power {
+namespace {
+
+ResidencyTensor tensor(std::string name, uint64_t offset, uint64_t bytes, bool small = false,
+                       bool rows = false) {
+  ResidencyTensor t;
+  t.name = std::move(name);
+  t.type = small ? GgmlType::F32 : GgmlType::Q8_0;
+  t.shape = {32, static_cast<int64_t>(bytes / 34)};
+  t.file_offset = offset;
+  t.file_bytes = bytes;
+  t.resident_bytes = bytes;
+  t.small = small;
+  t.rows_only = rows;
+  return t;
+}
+
+// token_embd (rows, 1000), blocks 0-2 of a norm (10) and two matrices (100 + 100), block 3 of
+// a norm and two matrices of 200, the output norm (10) and the output matrix (300):
+// 1000 + 3 * 210 + 410 + 10 + 300 = 2350 bytes.
+std::vector<ResidencyTensor> toy() {
+  std::vector<ResidencyTensor> ts;
+  uint64_t off = 0;
+  auto add = [&](std::string n, uint64_t b, bool small = false, bool rows = false) {
+    ts.push_back(tensor(std::move(n), off, b, small, rows));
+    off += b;
+  };
+  add("token_embd.weight", 1000, false, true);
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", 10, true);
+    add(p + "attn_q.weight", i == 3 ? 200 : 100);
+    add(p + "ffn_up.weight", i == 3 ? 200 : 100);
+  }
+  add("output_norm.weight", 10, true);
+  add("output.weight", 300);
+  std::reverse(ts.begin(), ts.end());  // the planner orders by offset itself
+  return ts;
+}
+
+std::vector<std::string> streamed_names(const ResidencyPlan& p) {
+  std::vector<std::string> out;
+  for (int g : p.streamed) out.push_back(p.groups[static_cast<size_t>(g)].name);
+  return out;
+}
+
+TEST(ResidencyPlan, PinsWholeGroupsFromTheFrontThenTheBack) {
+  // Everything: 2350 bytes, of which 50 small (5 norms of 10); groups blk.0-2 (200 each),
+  // blk.3 (400) and output.weight (300); token_embd is read by rows and charged nothing.
+  ResidencyPlan all = plan_residency(toy(), UINT64_MAX, "ab");
+  EXPECT_EQ(all.total_bytes, 2350u);
+  EXPECT_EQ(all.small_bytes, 50u);
+  EXPECT_FALSE(all.streams());
+  ASSERT_EQ(all.groups.size(), 5u);
+  EXPECT_EQ(all.groups[0].name, "blk.0");
+  EXPECT_EQ(all.groups[4].name, "output.weight");
+  EXPECT_EQ(plan_residency(toy(), 2350, "ab").streams(), false);
+  // 50 + 200 + 200 + 100 left: blk.0 and blk.1 from the front, output (300) does not fit the
+  // last 100, so blk.2, blk.3 and output stream.
+  ResidencyPlan p = plan_residency(toy(), 550, "ab");
+  EXPECT_EQ(streamed_names(p), (std::vector<std::string>{"blk.2", "blk.3", "output.weight"}));
+  EXPECT_EQ(p.pinned_bytes, 450u);
+  EXPECT_EQ(p.streamed_bytes, 900u);
+  EXPECT_EQ(p.streamed_file_bytes, 900u);
+  // 50 + 3 * 200 + 300 = 950: three blocks from the front; blk.3 (400) does not fit the 300
+  // left, output (300) from the back does.
+  ResidencyPlan q = plan_residency(toy(), 950, "ab");
+  EXPECT_EQ(streamed_names(q), (std::vector<std::string>{"blk.3"}));
+  // Below the small tensors: every group streams, the norms stay.
+  ResidencyPlan z = plan_residency(toy(), 0, "ab");
+  EXPECT_EQ(z.streamed.size(), 5u);
+  EXPECT_EQ(z.pinned_bytes, 50u);
+  for (size_t i = 0; i < z.tensors.size(); ++i) {
+    const ResidencyTensor& t = z.tensors[i];
+    const WeightTier want = t.small       ? WeightTier::kPinned
+                            : t.rows_only ? WeightTier::kRows
+                                          : WeightTier::kStreamed;
+    EXPECT_EQ(z.tier[i], want) << t.name;
+    EXPECT_EQ(z.group_of[i] >= 0, want == WeightTier::kStreamed) << t.name;
+  }
+  // Streamed groups are one run in pass order.
+  for (size_t i = 1; i < p.streamed.size(); ++i) EXPECT_EQ(p.streamed[i], p.streamed[i - 1] + 1);
+}
+
+TEST(ResidencyPlan, DigestBindsBudgetAndArtifact) {
+  const ResidencyPlan a = plan_residency(toy(), 550, "ab");
+  EXPECT_EQ(a.digest.size(), 64u);
+  EXPECT_EQ(plan_residency(toy(), 550, "ab").digest, a.digest);
+  EXPECT_NE(plan_residency(toy(), 551, "ab").digest, a.digest);
+  EXPECT_NE(plan_residency(toy(), 550, "cd").digest, a.digest);
+  const nlohmann::json j = a.to_json();
+  EXPECT_EQ(j["schema"], "power.residency-plan/1");
+  EXPECT_EQ(j["digest"], a.digest);
+  EXPECT_EQ(j["tensors"].size(), 15u);
+  EXPECT_NE(a.to_text().find("blk.2                    streamed"), std::string::npos)
+      << a.to_text();
+}
+
+TEST(ResidencyPlan, BudgetStrings) {
+  auto b = parse_weights_budget("50%");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->resolve(1000), 500u);
+  EXPECT_EQ(parse_weights_budget("0%")->resolve(1000), 0u);
+  EXPECT_EQ(parse_weights_budget("100%")->resolve(1000), 1000u);
+  EXPECT_EQ(parse_weights_budget("12.5%")->resolve(1000), 125u);
+  EXPECT_EQ(parse_weights_budget("123456")->resolve(1), 123456u);
+  EXPECT_EQ(parse_weights_budget("800M")->resolve(1), 800000000u);
+  EXPECT_EQ(parse_weights_budget("1.5GiB")->resolve(1), 1610612736u);
+  EXPECT_EQ(parse_weights_budget(" 2 kib ")->resolve(1), 2048u);
+  EXPECT_EQ(WeightsBudget{}.resolve(5), UINT64_MAX);
+  for (const char* bad : {"", "%", "-5", "101%", "12Q", "1e5", "abc", "5%%"}) {
+    auto r = parse_weights_budget(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+struct PassResult {
+  std::vector<float> logits;    // all positions of the 48 fixture tokens
+  std::vector<int32_t> greedy;  // 16 prompt tokens, then 24 greedy ones
+};
+
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+Result<std::unique_ptr<Model>> open_model(const std::string& path, const std::string& budget,
+                                          int prefetch) {
+  POWER_ASSIGN_OR_RETURN(auto f, GgufFile::open(path));
+  LoadModelOptions o;
+  if (!budget.empty()) {
+    POWER_ASSIGN_OR_RETURN(o.weights_budget, parse_weights_budget(budget));
+  }
+  o.prefetch = prefetch;
+  o.sha256 = "00";
+  return load_model(std::shared_ptr<const GgufFile>(std::move(f)), o);
+}
+
+PassResult run_model(const Model& m, const std::vector<int32_t>& tokens) {
+  PassResult r;
+  const int64_t n_vocab = m.hparams().n_vocab;
+  auto ws = m.make_workspace(64, 256, 2);
+  EXPECT_TRUE(ws.ok());
+  auto kv = KvCache::create(m.kv_config(256, 2, GgmlType::F32));
+  EXPECT_TRUE(kv.ok());
+  std::unique_ptr<RecurrentState> state;
+  {
+    KvSequence seq(kv->get());
+    EXPECT_TRUE(m.attach_state(seq, state).ok());
+    ForwardChunk chunk{&seq, tokens, true};
+    r.logits.resize(tokens.size() * static_cast<size_t>(n_vocab));
+    Status st = m.forward(**ws, std::span<const ForwardChunk>(&chunk, 1), r.logits.data());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  std::unique_ptr<RecurrentState> state2;  // outlives the sequence holding its slot
+  KvSequence seq(kv->get());
+  EXPECT_TRUE(m.attach_state(seq, state2).ok());
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 16);
+  ForwardChunk chunk{&seq, prompt, false};
+  EXPECT_TRUE(m.forward(**ws, std::span<const ForwardChunk>(&chunk, 1), logits.data()).ok());
+  for (int i = 0; i < 24; ++i) {
+    const int32_t next = argmax(logits.data(), n_vocab);
+    r.greedy.push_back(next);
+    std::vector<int32_t> one{next};
+    ForwardChunk c{&seq, one, false};
+    EXPECT_TRUE(m.forward(**ws, std::span<const ForwardChunk>(&c, 1), logits.data()).ok());
+  }
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<std::string> fixture_models() {
+  std::vector<std::string> out;
+  const std::string root = testing::shared_dir() + "/fixtures/models";
+  // (gpt2 is the SDK example's plugin, not a built-in package.)
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "mamba"}) {
+    const std::string dir = root + "/" + arch;
+    if (!std::filesystem::exists(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() == ".gguf") out.push_back(e.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every fixture model, every budget, with and without read-ahead: the same bits as the model
+// with all weights resident.
+TEST(ResidencyModels, LogitsAndGreedyTokensAreBitIdenticalAtEveryBudget) {
+  POWER_REQUIRE_SHARED();
+  const std::vector<std::string> models = fixture_models();
+  ASSERT_GE(models.size(), 10u);
+  int streamed_runs = 0;
+  for (const std::string& path : models) {
+    SCOPED_TRACE(path);
+    const auto tokens =
+        testing::read_ids(std::filesystem::path(path).parent_path().string() + "/tokens.txt");
+    ASSERT_EQ(tokens.size(), 48u);
+    auto ref_model = open_model(path, "", 2);
+    ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
+    EXPECT_FALSE((*ref_model)->residency().streams());
+    EXPECT_EQ((*ref_model)->streamer(), nullptr);
+    const PassResult ref = run_model(**ref_model, tokens);
+    for (const char* budget : {"100%", "75%", "50%", "25%", "0%"}) {
+      for (int prefetch : {0, 2}) {
+        SCOPED_TRACE(std::string(budget) + " prefetch " + std::to_string(prefetch));
+        auto m = open_model(path, budget, prefetch);
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        const ResidencyPlan& plan = (*m)->residency();
+        EXPECT_EQ(plan.streams(), std::string(budget) != "100%");
+        if (std::string(budget) == "0%") {
+          EXPECT_EQ(plan.pinned_bytes, plan.small_bytes);
+          EXPECT_EQ(plan.streamed.size(), plan.groups.size());
+        }
+        const PassResult got = run_model(**m, tokens);
+        EXPECT_TRUE(same_bits(got.logits, ref.logits));
+        EXPECT_EQ(got.greedy, ref.greedy);
+        if (plan.streams()) {
+          ++streamed_runs;
+          const StreamStats s = (*m)->streamer()->stats();
+          EXPECT_GT(s.loads, 0u);
+          EXPECT_GE(s.bytes_read, plan.streamed_file_bytes);
+          EXPECT_EQ(s.read_errors, 0u);
+          if (prefetch == 0) {
+            EXPECT_EQ(s.prefetch_loads, 0u);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(streamed_runs, 40);
+}
+
+// Passes of two threads share one streamer (one model, two workspaces): same bits.
+TEST(ResidencyModels, ConcurrentPassesShareTheStreamer) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::shared_dir() + "/fixtures/models/llama";
+  const auto tokens = testing::read_ids(dir + "/tokens.txt");
+  auto ref_model = open_model(dir + "/llama-Q4_0.gguf", "", 2);
+  ASSERT_TRUE(ref_model.ok());
+  const PassResult ref = run_model(**ref_model, tokens);
+  auto m = open_model(dir + "/llama-Q4_0.gguf", "25%", 1);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE((*m)->residency().streams());
+  std::vector<PassResult> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = run_model(**m, tokens); });
+  }
+  for (auto& t : threads) t.join();
+  for (const PassResult& r : got) {
+    EXPECT_TRUE(same_bits(r.logits, ref.logits));
+    EXPECT_EQ(r.greedy, ref.greedy);
+  }
+}
+
+// The artifact cut short under a streaming model: the pass that needs the missing bytes fails
+// with the reason, and once the file is whole again the next pass gives the same bits.
+TEST(ResidencyModels, ReadErrorFailsThePassNotTheModel) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::shared_dir() + "/fixtures/models/llama";
+  const auto tokens = testing::read_ids(dir + "/tokens.txt");
+  const std::string tmp = testing::make_temp_dir("power_residency");
+  const std::string path = tmp + "/llama-Q8_0.gguf";
+  std::filesystem::copy_file(dir + "/llama-Q8_0.gguf", path);
+  const uint64_t size = std::filesystem::file_size(path);
+  auto ref_model = open_model(path, "", 0);
+  ASSERT_TRUE(ref_model.ok());
+  const PassResult ref = run_model(**ref_model, tokens);
+  auto m = open_model(path, "0%", 0);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto saved = read_file(path);
+  ASSERT_TRUE(saved.ok());
+  // Cut inside the streamed group that ends the file (blk.1 here; the output matrix comes
+  // first in these files): its read comes up short. Nothing after the cut is read through the
+  // mapping (that would be SIGBUS): the block's vectors were copied at load.
+  const ResidencyPlan& plan = (*m)->residency();
+  const ResidencyGroup* lastp = nullptr;
+  for (int g : plan.streamed) {
+    const ResidencyGroup& grp = plan.groups[static_cast<size_t>(g)];
+    if (lastp == nullptr || grp.file_begin > lastp->file_begin) lastp = &grp;
+  }
+  ASSERT_NE(lastp, nullptr);
+  const ResidencyGroup& last = *lastp;
+  ASSERT_EQ(last.name, "blk.1");
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(last.file_begin + 100)), 0);
+  {
+    auto ws = (*m)->make_workspace(64, 256, 1);
+    ASSERT_TRUE(ws.ok());
+    auto kv = KvCache::create((*m)->kv_config(256, 1, GgmlType::F32));
+    ASSERT_TRUE(kv.ok());
+    KvSequence seq(kv->get());
+    ForwardChunk chunk{&seq, tokens, true};
+    std::vector<float> logits(tokens.size() * static_cast<size_t>((*m)->hparams().n_vocab));
+    Status st = (*m)->forward(**ws, std::span<const ForwardChunk>(&chunk, 1), logits.data());
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.to_string();
+    EXPECT_NE(st.to_string().find("short read"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.to_string().find("group=blk.1"), std::string::npos) << st.to_string();
+  }
+  EXPECT_GT((*m)->streamer()->stats().read_errors, 0u);
+  // The bytes written back into the same file: the same model's next pass reads them.
+  {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    const uint64_t from = last.file_begin + 100;
+    ASSERT_EQ(::pwrite(fd.get(), saved->data() + from, size - from, static_cast<off_t>(from)),
+              static_cast<ssize_t>(size - from));
+  }
+  ASSERT_EQ(std::filesystem::file_size(path), size);
+  const PassResult got = run_model(**m, tokens);
+  EXPECT_TRUE(same_bits(got.logits, ref.logits));
+  EXPECT_EQ(got.greedy, ref.greedy);
+  testing::remove_tree(tmp);
+}
+
+}  // namespace
+}  // namespace power
