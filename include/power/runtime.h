@@ -82,6 +82,14 @@ struct LoadOptions {
   // fails the load with kResourceExhausted; false warns and continues (the pages may then be
   // swapped out). No effect on plain files.
   bool require_mlock = false;
+  // Weights residency (docs/RESIDENCY.md): the bytes of weights kept in memory, as bytes
+  // ("800M", "1.5GiB", "123456") or a percentage of the model's resident size ("50%"); the
+  // rest is streamed from the file ahead of each pass. "" or "auto": everything resident when
+  // it fits the runtime's memory budget beside the workspace and one context's KV cache, else
+  // what is left there. At or above the model's size nothing changes. `prefetch`: groups
+  // (blocks) read ahead, 0-4.
+  std::string weights_budget;
+  int prefetch = 2;
 };
 
 struct ModelInfo {
@@ -89,7 +97,13 @@ struct ModelInfo {
   std::string sha256;  // of the artifact file (an encrypted one's plaintext): the model's identity
   std::string arch;
   int64_t n_vocab = 0, n_layer = 0, n_embd = 0, n_ctx = 0;
-  uint64_t weights_bytes = 0;   // mapped file + packed weight copies (charged to the budget)
+  uint64_t weights_bytes = 0;  // mapped file + packed weight copies (charged to the budget);
+                               // when weights stream: pinned bytes + staging slots
+  // Weights residency (docs/RESIDENCY.md): the plan's digest, the bytes it keeps resident and
+  // streams, the staging slots' bytes (0 when nothing streams).
+  std::string residency_digest;
+  uint64_t weights_total_bytes = 0, weights_pinned_bytes = 0, weights_streamed_bytes = 0;
+  uint64_t weights_staging_bytes = 0;
   uint64_t kv_cache_bytes = 0;  // KV block pool
   uint64_t kv_block_bytes = 0;
   int kv_block_tokens = 0;  // positions per KV block (the prefix cache's unit)
@@ -119,6 +133,10 @@ struct RuntimeStats {
   // Models with recurrent layers: rollbacks by snapshot restore and by replay (and the tokens
   // replayed).
   uint64_t spec_restores = 0, spec_replays = 0, spec_replayed_tokens = 0;
+  // Streamed weights (docs/RESIDENCY.md): bytes read from the artifact, groups read, reads
+  // issued ahead and whether a pass then used them, time passes waited for reads, read errors.
+  uint64_t weights_read_bytes = 0, weights_loads = 0, weights_prefetch_useful = 0,
+           weights_prefetch_unused = 0, weights_wait_ns = 0, weights_read_errors = 0;
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h

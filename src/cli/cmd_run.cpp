@@ -30,14 +30,15 @@ struct LoadedModel {
   std::unique_ptr<text::Tokenizer> tokenizer;
 };
 
-Result<LoadedModel> load(const std::string& path, bool need_tokenizer) {
+Result<LoadedModel> load(const std::string& path, bool need_tokenizer,
+                         const LoadModelOptions& options = {}) {
   POWER_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
   std::shared_ptr<const GgufFile> shared(std::move(file));
   LoadedModel lm;
   if (need_tokenizer) {
     POWER_ASSIGN_OR_RETURN(lm.tokenizer, load_tokenizer(*shared));
   }
-  POWER_ASSIGN_OR_RETURN(lm.model, load_model(shared));
+  POWER_ASSIGN_OR_RETURN(lm.model, load_model(shared, options));
   return lm;
 }
 
@@ -75,6 +76,8 @@ struct RunOptions {
   std::string output_path;     // --output: write exactly the generated text here
   std::string model_key_file;  // --model-key-file: opens an encrypted container (power encrypt)
   bool require_mlock = false;  // --require-mlock: refuse weights that cannot be locked in RAM
+  std::string weights_budget;  // --weights-budget (docs/RESIDENCY.md)
+  int prefetch = 2;            // --prefetch
   std::optional<AcceptancePolicy> policy;
 };
 
@@ -101,6 +104,8 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.speculative.adaptive = !o.spec_fixed_k;
   lo.model_key_file = o.model_key_file;
   lo.require_mlock = o.require_mlock;
+  lo.weights_budget = o.weights_budget;
+  lo.prefetch = o.prefetch;
   if (!o.draft_model.empty()) {
     POWER_ASSIGN_OR_RETURN(lo.draft_model, resolve_model_path(o.draft_model));
   }
@@ -129,12 +134,17 @@ Result<RunSession> prepare(RunOptions& o) {
                  "model: %s, %lld layers, n_embd %lld, vocab %lld; context %lld; sha256 %s\n"
                  "memory: kv cache %.2f MiB (%s), scratch %.2f MiB; weights mapped %.2f MiB; "
                  "budget %.2f MiB\n"
+                 "weights: %.2f of %.2f MiB resident, %.2f MiB streamed, staging %.2f MiB; "
+                 "residency plan %s\n"
                  "threads: %d\n",
                  info.arch.c_str(), static_cast<long long>(info.n_layer),
                  static_cast<long long>(info.n_embd), static_cast<long long>(info.n_vocab),
                  static_cast<long long>(info.n_ctx), info.sha256.c_str(),
                  info.kv_cache_bytes / 1048576.0, o.kv_type.c_str(), info.scratch_bytes / 1048576.0,
-                 info.weights_bytes / 1048576.0, s.rt->budget_bytes() / 1048576.0, info.threads);
+                 info.weights_bytes / 1048576.0, s.rt->budget_bytes() / 1048576.0,
+                 info.weights_pinned_bytes / 1048576.0, info.weights_total_bytes / 1048576.0,
+                 info.weights_streamed_bytes / 1048576.0, info.weights_staging_bytes / 1048576.0,
+                 info.residency_digest.c_str(), info.threads);
   }
   return s;
 }
@@ -253,14 +263,22 @@ Result<std::vector<int32_t>> parse_ids(const std::string& s) {
 }
 
 void run_logits(const std::string& path, const std::string& ids_text, const std::string& out,
-                int threads, const std::string& kv_type_name) {
+                int threads, const std::string& kv_type_name, const std::string& weights_budget,
+                int prefetch) {
   auto ids = parse_ids(ids_text);
   if (!ids.ok()) return report_error(ids.status());
   auto kv_type = parse_kv_type(kv_type_name);
   if (!kv_type.ok()) return report_error(kv_type.status());
   auto resolved = resolve_model_path(path);
   if (!resolved.ok()) return report_error(resolved.status());
-  auto lm = load(*resolved, false);
+  LoadModelOptions options;
+  options.prefetch = prefetch;
+  if (!weights_budget.empty() && weights_budget != "auto") {
+    auto budget = parse_weights_budget(weights_budget);
+    if (!budget.ok()) return report_error(budget.status());
+    options.weights_budget = *budget;
+  }
+  auto lm = load(*resolved, false, options);
   if (!lm.ok()) return report_error(lm.status());
   const Model& model = *lm->model;
   const int64_t n = static_cast<int64_t>(ids->size());
@@ -313,6 +331,10 @@ void add_run_commands(CLI::App& app) {
   run->add_option("-c,--ctx", o.n_ctx, "Context size in tokens (default: the model's)");
   run->add_option("-b,--batch", o.n_batch, "Prompt tokens per forward pass");
   run->add_option("--kv-type", o.kv_type, "KV cache type: f16 (default) or f32");
+  run->add_option("--weights-budget", o.weights_budget,
+                  "Bytes of weights kept in memory (800M, 1.5GiB, 50%); the rest is streamed "
+                  "from the file (default auto: all when they fit; docs/RESIDENCY.md)");
+  run->add_option("--prefetch", o.prefetch, "Streamed weight groups read ahead, 0-4 (default 2)");
   run->add_option("--spec", o.spec_mode,
                   "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model), "
                   "mtp (needs a model with MTP layers)");
@@ -340,8 +362,8 @@ void add_run_commands(CLI::App& app) {
     run_generate(o);
   });
 
-  static std::string lg_model, lg_tokens, lg_out, lg_kv = "f32";
-  static int lg_threads = 0;
+  static std::string lg_model, lg_tokens, lg_out, lg_kv = "f32", lg_budget;
+  static int lg_threads = 0, lg_prefetch = 2;
   auto* logits = app.add_subcommand("logits", "Write raw f32 logits for every position");
   logits->add_option("-m,--model", lg_model, "GGUF model file")->required();
   add_model_lib_option(logits);
@@ -349,7 +371,13 @@ void add_run_commands(CLI::App& app) {
   logits->add_option("--out,-o", lg_out, "Output file ([n_tokens x n_vocab] f32)")->required();
   logits->add_option("-t,--threads", lg_threads, "Threads (0 = all cores)");
   logits->add_option("--kv-type", lg_kv, "KV cache type: f32 (default here) or f16");
-  logits->callback([] { run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv); });
+  logits->add_option("--weights-budget", lg_budget,
+                     "Bytes of weights kept in memory (800M, 50%); the rest is streamed "
+                     "(default: all resident; docs/RESIDENCY.md)");
+  logits->add_option("--prefetch", lg_prefetch, "Streamed weight groups read ahead, 0-4");
+  logits->callback([] {
+    run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv, lg_budget, lg_prefetch);
+  });
 
   static std::string cv_model, cv_tok, cv_out;
   auto* convert = app.add_subcommand("convert", "Convert other model formats to GGUF");

@@ -74,6 +74,8 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--threads")) o.load.threads = a.opts.load.threads;
   if (given("--replicas")) o.load.replicas = a.opts.load.replicas;
   if (given("--kv-type")) o.load.kv_type = a.opts.load.kv_type;
+  if (given("--weights-budget")) o.load.weights_budget = a.opts.load.weights_budget;
+  if (given("--prefetch")) o.load.prefetch = a.opts.load.prefetch;
   if (given("--state-checkpoints")) o.load.state_checkpoints = a.opts.load.state_checkpoints;
   // ONNX models (docs/SERVER.md "ONNX models").
   const onnx::ServiceOptions& x = a.opts.onnx;
@@ -229,6 +231,11 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--replicas", o.load.replicas, "Session replicas per model")
       ->capture_default_str();
   cmd->add_option("--kv-type", o.load.kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  cmd->add_option("--weights-budget", o.load.weights_budget,
+                  "Bytes of weights kept in memory (800M, 1.5GiB, 50%); the rest is streamed "
+                  "from the file (default auto: all when they fit; docs/RESIDENCY.md)");
+  cmd->add_option("--prefetch", o.load.prefetch,
+                  "Streamed weight groups read ahead, 0-4 (default 2)");
   cmd->add_option("--state-checkpoints", o.load.state_checkpoints,
                   "Recurrent models: state checkpoints the prefix cache keeps per replica (0: "
                   "recompute every prompt)")

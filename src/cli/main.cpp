@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   power::cli::add_serve_commands(app);
   power::cli::add_embed_commands(app);
   power::cli::add_validate_commands(app);
+  power::cli::add_residency_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -130,9 +130,10 @@ float* CpuOps::row(const Act& a, int64_t r) const {
 }
 
 bool CpuOps::weight_bytes(Op op, const BoundWeight& b, const TensorView** view,
-                          const PackedHint** packed) {
+                          const PackedHint** packed, int piece, int64_t* row_begin) {
   *view = &b.view;
   *packed = nullptr;
+  if (row_begin != nullptr) *row_begin = 0;
   if (b.stream_group < 0) return true;
   if (ws_.streamer == nullptr) {
     fail(
@@ -140,13 +141,14 @@ bool CpuOps::weight_bytes(Op op, const BoundWeight& b, const TensorView** view,
         Status(StatusCode::kInternal, "streamed weight without a streamer").with("tensor", b.name));
     return false;
   }
-  auto lease = ws_.streamer->acquire(ws_.stream_cursor, b.stream_group, b.stream_tensor);
+  auto lease = ws_.streamer->acquire(ws_.stream_cursor, b.stream_group + piece, b.stream_tensor);
   if (!lease.ok()) {
     fail(op, Status(lease.status()).with("tensor", b.name));
     return false;
   }
   *view = lease->view;
   *packed = lease->packed;
+  if (row_begin != nullptr) *row_begin = lease->row_begin;
   return true;
 }
 
@@ -192,10 +194,16 @@ void CpuOps::linear(const sdk::Weight& w, const sdk::Weight* bias, Act in, Act o
   float* y = row(out, 0);
   const float* x = row(in, 0);
   if (precision == sdk::Precision::kDefault || is_float_type(bound(w)->view.type)) {
-    const TensorView* wv = nullptr;
-    const PackedHint* packed = nullptr;
-    if (!weight_bytes(Op::kLinear, *bound(w), &wv, &packed)) return;
-    matmul(ws_.cpu, *wv, x, in.ld, n, y, out.ld, packed != nullptr ? *packed : PackedHint());
+    // A matrix streamed in row pieces: each piece's rows into their columns of `out` (one
+    // output's arithmetic does not depend on which rows share the call).
+    const int pieces = std::max(1, bound(w)->stream_pieces);
+    for (int p = 0; p < pieces; ++p) {
+      const TensorView* wv = nullptr;
+      const PackedHint* packed = nullptr;
+      int64_t r0 = 0;
+      if (!weight_bytes(Op::kLinear, *bound(w), &wv, &packed, p, &r0)) return;
+      matmul(ws_.cpu, *wv, x, in.ld, n, y + r0, out.ld, packed != nullptr ? *packed : PackedHint());
+    }
   } else {
     // Exact: tiles of kExactTileRows rows decoded to f32 (in parallel), multiplied by the float
     // path; in that kernel one (row, token) product does not depend on the tiling. The rows
@@ -229,13 +237,13 @@ void CpuOps::linear_many(std::span<const sdk::LinearJob> jobs, Act in) {
                           .with("jobs", jobs.size()));
     return;
   }
-  // Streamed weights of different groups cannot be held at once (a pass holds one staging
-  // slot): one product at a time.
+  // Streamed weights of different groups, or a matrix streamed in row pieces, cannot be held
+  // at once (a pass holds one staging slot): one product at a time.
   int32_t group = -1;
   for (const sdk::LinearJob& job : jobs) {
     if (job.w == nullptr || !*job.w) continue;
     const int32_t g = bound(*job.w)->stream_group;
-    if (g >= 0 && group >= 0 && g != group) {
+    if (g >= 0 && ((group >= 0 && g != group) || bound(*job.w)->stream_pieces > 1)) {
       for (const sdk::LinearJob& one : jobs) {
         linear(*one.w, one.bias, in, one.out, sdk::Precision::kDefault);
       }

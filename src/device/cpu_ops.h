@@ -76,8 +76,10 @@ class CpuOps final : public sdk::Ops {
   // The bytes the kernels read for `b` in this pass: its view and packed copy where it is
   // resident, its staging slot's where it is streamed (waiting for the read). False on a
   // read error (the op fails).
+  // `piece`: which row piece of a matrix streamed in pieces (BoundWeight::stream_pieces);
+  // `row_begin` (optional) gets the first row the view holds.
   bool weight_bytes(sdk::Op op, const BoundWeight& b, const TensorView** view,
-                    const PackedHint** packed);
+                    const PackedHint** packed, int piece = 0, int64_t* row_begin = nullptr);
 
   // False (and nothing to do) when an earlier op failed or `op` was not declared.
   bool start(sdk::Op op);

@@ -26,10 +26,12 @@ struct BoundWeight {
   TensorView view;
   uint32_t uses = 0;       // sdk::Use bits
   std::vector<float> f32;  // kUseVector / kUseConv: the values as f32
-  // Streamed by the model's WeightStreamer (device/residency.h): its plan group and plan
-  // tensor index; -1: resident (the kernels read `view` or its packed copy).
+  // Streamed by the model's WeightStreamer (device/residency.h): its (first) plan group, plan
+  // tensor index and the number of groups it spans (row pieces of a large matrix, consecutive
+  // groups); -1: resident (the kernels read `view` or its packed copy).
   int32_t stream_group = -1;
   int32_t stream_tensor = -1;
+  int32_t stream_pieces = 0;
 };
 
 class Device {

@@ -198,20 +198,62 @@ ResidencyPlan plan_residency(std::vector<ResidencyTensor> tensors, uint64_t budg
       pinned[--back] = true;
     }
   }
+  // A streamed matrix outside the blocks larger than the largest block is split into row
+  // pieces (whole groups of 8 rows) of at most that size: staging is sized by a block.
+  uint64_t cap = 0;
+  for (size_t g = 0; g < blocks.size(); ++g) cap = std::max(cap, plan.groups[g].resident_bytes);
+  std::vector<ResidencyGroup> groups;
+  std::vector<bool> group_pinned;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    ResidencyGroup& grp = plan.groups[g];
+    const ResidencyTensor& t0 = plan.tensors[static_cast<size_t>(grp.members.front())];
+    const int64_t rows = t0.shape.size() == 2 ? t0.shape[1] : 0;
+    if (pinned[g] || g < blocks.size() || cap == 0 || grp.resident_bytes <= cap || rows < 16) {
+      groups.push_back(std::move(grp));
+      group_pinned.push_back(pinned[g]);
+      continue;
+    }
+    const uint64_t per_row =
+        (grp.resident_bytes + static_cast<uint64_t>(rows) - 1) / static_cast<uint64_t>(rows);
+    const int64_t piece_rows = std::max<int64_t>(8, static_cast<int64_t>(cap / per_row) / 8 * 8);
+    const uint64_t row_bytes = t0.file_bytes / static_cast<uint64_t>(rows);
+    uint64_t left_bytes = grp.resident_bytes;
+    for (int64_t r0 = 0; r0 < rows; r0 += piece_rows) {
+      // The last piece takes the rest, so that no piece is smaller than 8 rows.
+      const int64_t r1 = rows - (r0 + piece_rows) < 8 ? rows : r0 + piece_rows;
+      ResidencyGroup piece;
+      piece.name = fmt::format("{}[{}:{}]", grp.name, r0, r1);
+      piece.members = grp.members;
+      piece.row_begin = r0;
+      piece.row_end = r1;
+      piece.file_begin = t0.file_offset + static_cast<uint64_t>(r0) * row_bytes;
+      piece.file_end = t0.file_offset + static_cast<uint64_t>(r1) * row_bytes;
+      piece.resident_bytes = r1 == rows ? left_bytes
+                                        : grp.resident_bytes * static_cast<uint64_t>(r1 - r0) /
+                                              static_cast<uint64_t>(rows);
+      left_bytes -= piece.resident_bytes;
+      groups.push_back(std::move(piece));
+      group_pinned.push_back(false);
+      if (r1 == rows) break;
+    }
+  }
+  plan.groups = std::move(groups);
+  plan.pieces.assign(n, 0);
   plan.pinned_bytes = plan.small_bytes;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const ResidencyGroup& grp = plan.groups[g];
-    if (pinned[g]) {
+    if (group_pinned[g]) {
       plan.pinned_bytes += grp.resident_bytes;
       continue;
     }
     plan.streamed.push_back(static_cast<int>(g));
     plan.streamed_bytes += grp.resident_bytes;
     for (int m : grp.members) {
-      plan.tier[static_cast<size_t>(m)] = WeightTier::kStreamed;
-      plan.group_of[static_cast<size_t>(m)] = static_cast<int>(g);
-      plan.streamed_file_bytes += plan.tensors[static_cast<size_t>(m)].file_bytes;
+      const auto mi = static_cast<size_t>(m);
+      plan.tier[mi] = WeightTier::kStreamed;
+      if (plan.pieces[mi]++ == 0) plan.group_of[mi] = static_cast<int>(g);
     }
+    plan.streamed_file_bytes += grp.file_end - grp.file_begin;
   }
   nlohmann::json j = plan.to_json();
   j.erase("digest");
@@ -311,8 +353,9 @@ Result<std::unique_ptr<WeightStreamer>> WeightStreamer::create(const std::string
     const ResidencyGroup& grp = plan.groups[static_cast<size_t>(g)];
     uint64_t bytes = 0;
     for (int m : grp.members) {
-      const TensorView& v = views[static_cast<size_t>(m)];
-      const uint64_t file_bytes = plan.tensors[static_cast<size_t>(m)].file_bytes;
+      uint64_t offset = 0;
+      const TensorView v = s->member_view(grp, m, &offset);
+      const uint64_t file_bytes = v.row_bytes() * static_cast<uint64_t>(v.n_rows());
       const uint64_t pb = packed_bytes(v);
       bytes += pb > 0 ? round_up(pb, kAlign) + (v.ne[1] % 8 != 0 ? round_up(file_bytes, kAlign) : 0)
                       : round_up(file_bytes, kAlign);
@@ -422,10 +465,27 @@ int WeightStreamer::pick_victim(int need_group) {
   return best;
 }
 
+TensorView WeightStreamer::member_view(const ResidencyGroup& g, int m,
+                                       uint64_t* file_offset) const {
+  TensorView v = views_[static_cast<size_t>(m)];
+  *file_offset = plan_->tensors[static_cast<size_t>(m)].file_offset;
+  if (g.row_end > 0) {
+    const uint64_t skip = static_cast<uint64_t>(g.row_begin) * v.nb[1];
+    v.data = static_cast<const uint8_t*>(v.data) + skip;
+    v.ne[1] = g.row_end - g.row_begin;
+    v.nb[2] = v.nb[1] * static_cast<uint64_t>(v.ne[1]);
+    v.nb[3] = v.nb[2] * static_cast<uint64_t>(v.ne[2]);
+    *file_offset += skip;
+  }
+  return v;
+}
+
 Result<WeightStreamer::Lease> WeightStreamer::acquire(Cursor& c, int group, int tensor) {
   auto lease_of = [&](int slot) -> Result<Lease> {
     for (const Member& m : slots_[static_cast<size_t>(slot)].members) {
-      if (m.tensor == tensor) return Lease{&m.view, m.packed != nullptr ? &m.packed : nullptr};
+      if (m.tensor == tensor) {
+        return Lease{&m.view, m.packed != nullptr ? &m.packed : nullptr, m.row_begin};
+      }
     }
     return Status(StatusCode::kInternal, "tensor not in its streamed group")
         .with("group", group)
@@ -616,26 +676,28 @@ Status WeightStreamer::load(Slot& s, int group) {
   s.members.clear();
   uint64_t off = 0;
   for (int m : g.members) {
-    const ResidencyTensor& t = plan_->tensors[static_cast<size_t>(m)];
-    TensorView src = views_[static_cast<size_t>(m)];
-    src.data = buf + (t.file_offset - a0);
+    uint64_t file_offset = 0;
+    TensorView src = member_view(g, m, &file_offset);
+    const uint64_t file_bytes = src.row_bytes() * static_cast<uint64_t>(src.n_rows());
+    src.data = buf + (file_offset - a0);
     Member mem;
     mem.tensor = m;
     mem.view = src;
+    mem.row_begin = g.row_begin;
     const uint64_t pb = packed_bytes(src);
     if (pb > 0) {
       mem.packed = make_packed(src, std::shared_ptr<uint8_t>(s.mem, s.mem.get() + off));
       mem.view.data = s.mem.get() + off;  // only the packed kernels read it
       off += round_up(pb, kAlign);
       if (src.ne[1] % 8 != 0) {  // rows past the last group of 8 come from the original layout
-        std::memcpy(s.mem.get() + off, src.data, t.file_bytes);
+        std::memcpy(s.mem.get() + off, src.data, file_bytes);
         mem.view.data = s.mem.get() + off;
-        off += round_up(t.file_bytes, kAlign);
+        off += round_up(file_bytes, kAlign);
       }
     } else {
-      std::memcpy(s.mem.get() + off, src.data, t.file_bytes);
+      std::memcpy(s.mem.get() + off, src.data, file_bytes);
       mem.view.data = s.mem.get() + off;
-      off += round_up(t.file_bytes, kAlign);
+      off += round_up(file_bytes, kAlign);
     }
     if (off > slot_bytes_) return Status(StatusCode::kInternal, "staging slot overflow");
     s.members.push_back(std::move(mem));

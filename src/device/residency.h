@@ -75,10 +75,15 @@ struct ResidencyTensor {
 };
 
 struct ResidencyGroup {
-  std::string name;          // "blk.7", or the tensor's name
+  std::string name;          // "blk.7", the tensor's name, or "NAME[r0:r1]" for a piece
   std::vector<int> members;  // indices into ResidencyPlan::tensors
   uint64_t resident_bytes = 0;
   uint64_t file_begin = 0, file_end = 0;  // the span of its members in the artifact
+  // A piece of one streamed matrix: its rows [row_begin, row_end) (row_end 0: whole members).
+  // A streamed matrix outside the blocks that is larger than the largest block (the output
+  // layer) is split into pieces of whole groups of 8 rows, each no larger than that block, so
+  // the staging slots are sized by a block, not by the largest matrix.
+  int64_t row_begin = 0, row_end = 0;
 };
 
 struct ResidencyPlan {
@@ -92,7 +97,8 @@ struct ResidencyPlan {
   uint64_t streamed_file_bytes = 0;  // bytes read from the artifact per pass
   std::vector<ResidencyTensor> tensors;
   std::vector<WeightTier> tier;        // per tensor
-  std::vector<int> group_of;           // per tensor: its streamed group, or -1
+  std::vector<int> group_of;           // per tensor: its (first) streamed group, or -1
+  std::vector<int> pieces;             // per tensor: its streamed groups (consecutive), or 0
   std::vector<ResidencyGroup> groups;  // every group in pass order
   std::vector<int> streamed;           // the streamed groups (indices into groups), pass order
   std::string digest;                  // SHA-256 of the canonical JSON of the above
@@ -137,8 +143,9 @@ class WeightStreamer {
     int group = -1;
   };
   struct Lease {
-    const TensorView* view = nullptr;    // the tensor's bytes in the slot
+    const TensorView* view = nullptr;    // the tensor's bytes (or its piece's rows) in the slot
     const PackedHint* packed = nullptr;  // its packed copy there (null when not packed)
+    int64_t row_begin = 0;               // the first row of the tensor the view holds
   };
   // The tensor `tensor` (a plan index) of streamed group `group` (a plan group index),
   // waiting for its read. The cursor keeps the slot until it moves to another group or
@@ -156,7 +163,10 @@ class WeightStreamer {
     int tensor = -1;
     TensorView view;
     PackedHint packed;
+    int64_t row_begin = 0;
   };
+  // Member `m` of group `g` as the mapping holds it (a piece: its rows), and its file offset.
+  TensorView member_view(const ResidencyGroup& g, int m, uint64_t* file_offset) const;
   struct Slot {
     std::shared_ptr<uint8_t> mem;
     int group = -1;

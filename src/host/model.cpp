@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "base/log.h"
@@ -268,8 +269,10 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     }
     total += t.resident_bytes;
   }
-  m.residency_ = std::make_unique<ResidencyPlan>(
-      plan_residency(rts, o.weights_budget.resolve(total), m.model_file_->sha256()));
+  uint64_t budget = o.weights_budget.resolve(total);
+  if (!o.weights_budget.set && o.weights_budget_fn) budget = o.weights_budget_fn(m, total);
+  m.residency_ =
+      std::make_unique<ResidencyPlan>(plan_residency(rts, budget, m.model_file_->sha256()));
   const ResidencyPlan& plan = *m.residency_;
   // The plan sorted the tensors by offset: map them back.
   std::map<const void*, int> plan_index;
@@ -288,24 +291,38 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     const size_t v = index.at(base + plan.tensors[i].file_offset);
     if (plan.tier[i] == WeightTier::kPinned && matrix(v)) matrices.push_back(views[v]);
   }
-  // Packed in one call so that the copies share one huge-page region.
-  m.packs_.add_all(matrices);
+  // Packed in one call so that the copies share one huge-page region. Under a budget each
+  // matrix's pages in the mapping are dropped as soon as its copy is made, so the load's peak
+  // stays near the pinned bytes instead of twice them.
+  std::function<void(const TensorView&)> drop_source;
+  if (plan.streams()) {
+    drop_source = [&](const TensorView& v) {  // the rows past the last group of 8 stay
+      const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - base);
+      file.mapping().release(offset, v.row_bytes() * static_cast<uint64_t>(v.ne[1] / 8 * 8));
+    };
+  }
+  m.packs_.add_all(matrices, drop_source);
   if (!plan.streams()) return Status();
   for (BoundWeight& b : weights) {
     const int i = plan_index.at(b.view.data);
     if (plan.tier[static_cast<size_t>(i)] != WeightTier::kStreamed) continue;
     b.stream_group = plan.group_of[static_cast<size_t>(i)];
     b.stream_tensor = i;
+    b.stream_pieces = plan.pieces[static_cast<size_t>(i)];
   }
   // What the kernels will not read from the mapping (streamed tensors, and packed matrices
   // now served from their copies) leaves the process's resident set and the page cache.
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const size_t v = index.at(base + plan.tensors[i].file_offset);
-    if (plan.tier[i] == WeightTier::kStreamed ||
-        (plan.tier[i] == WeightTier::kPinned && matrix(v) && matmul_uses_repacked(views[v]))) {
-      file.mapping().release(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
+    if (plan.tier[i] == WeightTier::kStreamed) {
+      m.unread_.emplace_back(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
+    } else if (plan.tier[i] == WeightTier::kPinned && matrix(v) &&
+               matmul_uses_repacked(views[v])) {  // the rows past the last group of 8 stay
+      m.unread_.emplace_back(plan.tensors[i].file_offset,
+                             views[v].row_bytes() * static_cast<uint64_t>(views[v].ne[1] / 8 * 8));
     }
   }
+  m.drop_unread_pages();
   POWER_LOG_INFO(
       "weights: {} of {} resident, {} streamed in {} groups (budget {} bytes, "
       "prefetch {}, staging {} bytes, plan {})",
@@ -362,12 +379,12 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file,
                                     m->layout_, m->kv_geometry_, m->layout_recurrent_floats_,
                                     m->declared_)
                             .with("architecture", arch));
-  POWER_RETURN_IF_ERROR(place_weights(*m, o).with("architecture", arch));
   m->hp_.arch = arch;
   m->hp_.n_vocab = spec.kind == sdk::ModelKind::kEncoder ? spec.n_vocab : spec.n_vocab;
   m->hp_.n_embd = spec.n_embd;
   m->hp_.n_layer = spec.n_layer > 0 ? spec.n_layer : static_cast<int64_t>(spec.state.size());
   m->hp_.n_ctx_train = spec.n_ctx_train;
+  POWER_RETURN_IF_ERROR(place_weights(*m, o).with("architecture", arch));
   return m;
 }
 
@@ -383,6 +400,10 @@ Result<std::unique_ptr<Model>> load_draft_head(const Model& main) {
   o.kind = sdk::ModelKind::kDraftHead;
   o.sha256 = main.model_file_->sha256();
   return load_model(main.file_, o);
+}
+
+void Model::drop_unread_pages() const {
+  for (const auto& [offset, bytes] : unread_) file_->mapping().release(offset, bytes);
 }
 
 uint64_t Model::resident_weight_bytes() const {

@@ -18,9 +18,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -39,6 +41,7 @@
 namespace power {
 
 struct ArchitectureEntry;
+class Model;
 
 // What callers outside the package need to know (sizes for planning, receipts, /v1/models).
 struct ModelHparams {
@@ -57,6 +60,10 @@ struct LoadModelOptions {
   // resident size keeps every weight resident; below it the plan streams the rest from the
   // file, reading `prefetch` groups (0-4) ahead.
   WeightsBudget weights_budget;
+  // When weights_budget is unset: the budget in bytes for this model (its hyperparameters,
+  // workspace and KV geometry are known by then) whose weights' resident size is `total`;
+  // UINT64_MAX keeps everything resident. Unset too: everything resident.
+  std::function<uint64_t(const Model& m, uint64_t total)> weights_budget_fn;
   int prefetch = 2;
 };
 
@@ -111,6 +118,10 @@ class Model {
   // Bytes the weights hold in memory: the mapping's resident part plus packed copies when
   // nothing streams, else the plan's pinned bytes plus the staging slots.
   uint64_t resident_weight_bytes() const;
+  // When weights stream: drops from memory the mapping's pages the kernels do not read
+  // (streamed tensors, matrices served from packed copies), e.g. after a pass over every
+  // tensor's bytes (the receipts' tensor digests). No-op otherwise.
+  void drop_unread_pages() const;
   // The identities of the tensors the package bound (what receipts bind), sorted by name.
   std::vector<sdk::TensorIdentity> bound_tensors() const;
 
@@ -138,7 +149,8 @@ class Model {
   std::vector<bool> declared_;
   RepackedWeights packs_;
   std::unique_ptr<ResidencyPlan> residency_;
-  std::unique_ptr<WeightStreamer> streamer_;  // after residency_: it reads the plan
+  std::unique_ptr<WeightStreamer> streamer_;           // after residency_: it reads the plan
+  std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
 };
 
 // Loads the architecture named by general.architecture (an error naming the known ones

@@ -443,6 +443,15 @@ RuntimeStats ModelHandle::stats() const {
     s.spec_restores += slot->spec_totals.restores;
     s.spec_replays += slot->spec_totals.replays;
     s.spec_replayed_tokens += slot->spec_totals.replayed_tokens;
+    if (slot == slots_.front() && slot->model->streamer() != nullptr) {  // one per model
+      const StreamStats w = slot->model->streamer()->stats();
+      s.weights_read_bytes += w.bytes_read;
+      s.weights_loads += w.loads;
+      s.weights_prefetch_useful += w.prefetch_useful;
+      s.weights_prefetch_unused += w.prefetch_unused;
+      s.weights_wait_ns += w.wait_ns;
+      s.weights_read_errors += w.read_errors;
+    }
   }
   return s;
 }
@@ -704,6 +713,32 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   // tokenizer the file may lack because its package brings its own.
   LoadModelOptions model_options;
   model_options.sha256 = model_file.sha256;
+  model_options.prefetch = o.prefetch;
+  if (!o.weights_budget.empty() && o.weights_budget != "auto") {
+    POWER_ASSIGN_OR_RETURN(model_options.weights_budget, parse_weights_budget(o.weights_budget));
+  } else {
+    // Auto: what the runtime's budget has left beside this model's workspaces and one
+    // context's KV cache per replica; everything resident when the model fits there.
+    model_options.weights_budget_fn = [&](const Model& m, uint64_t total) -> uint64_t {
+      int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : m.hparams().n_ctx_train;
+      if (o.n_ctx <= 0 && m.spec().n_ctx_max > 0) n_ctx = std::min(n_ctx, m.spec().n_ctx_max);
+      n_ctx = std::max<int64_t>(n_ctx, 1);
+      const int64_t ws_tokens = std::min(o.step_token_budget, n_ctx * o.max_running);
+      uint64_t reserve = m.workspace_bytes(ws_tokens, n_ctx, o.threads);
+      auto kv_bytes = KvCache::planned_bytes(m.kv_config(n_ctx, 1, GgmlType::F16));
+      if (kv_bytes.ok()) reserve += *kv_bytes;
+      reserve *= static_cast<uint64_t>(std::max(1, o.replicas));
+      const uint64_t available =
+          budget_bytes_ > committed_bytes_ ? budget_bytes_ - committed_bytes_ : 0;
+      if (available >= reserve && available - reserve >= total) return UINT64_MAX;
+      const uint64_t left = available > reserve ? available - reserve : 0;
+      POWER_LOG_WARN(
+          "the weights ({} bytes) do not fit the memory left ({} bytes beside {} "
+          "reserved): streaming what does not fit (docs/RESIDENCY.md)",
+          total, available, reserve);
+      return left;
+    };
+  }
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file, model_options));
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
@@ -776,7 +811,16 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_embd = hp.n_embd;
     info.n_ctx = n_ctx;
     // The mapping plus the kernels' packed copies (Q4_0/Q8_0/Q4_K repacking): both are resident.
-    info.weights_bytes = file->file_size() + model->repacked().bytes();
+    info.weights_bytes = model->resident_weight_bytes();
+    {
+      const ResidencyPlan& plan = model->residency();
+      info.residency_digest = plan.digest;
+      info.weights_total_bytes = plan.total_bytes;
+      info.weights_pinned_bytes = plan.streams() ? plan.pinned_bytes : plan.total_bytes;
+      info.weights_streamed_bytes = plan.streamed_bytes;
+      info.weights_staging_bytes =
+          model->streamer() != nullptr ? model->streamer()->staging_bytes() : 0;
+    }
     info.replicas = o.replicas;
     slot->receipt_model =
         r == 0 ? std::make_shared<ModelSlot::ReceiptModel>() : h.slots_.front()->receipt_model;
@@ -927,6 +971,7 @@ nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
                             spec::Mode spec_mode) {
   std::call_once(m.receipt_model->once, [&] {
     m.receipt_model->json = receipt::model_json(*m.file, m.info.path, m.info.sha256, m.info.arch);
+    m.model->drop_unread_pages();  // the digests read every tensor through the mapping
   });
   nlohmann::json config = receipt::request_config_json(req);
   config["kv_type"] = m.kv_type;
@@ -935,6 +980,11 @@ nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
   config["prefix_reuse"] = m.prefix_reuse;
   config["kernel_isa"] = std::string(cpu_isa_name(cpu_isa()));
   config["power_version"] = POWER_VERSION;
+  // Where the weights were read from (docs/RESIDENCY.md): the plan's digest binds the artifact
+  // and the budget; model.tensors_sha256 is the same whatever the plan.
+  config["weights_residency"] = {{"plan_sha256", m.info.residency_digest},
+                                 {"pinned_bytes", m.info.weights_pinned_bytes},
+                                 {"streamed_bytes", m.info.weights_streamed_bytes}};
   if (spec_mode == spec::Mode::kOff) {
     config["speculative"] = {{"enabled", false}, {"mode", "off"}};
   } else {

@@ -214,6 +214,49 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_prefix_cache_blocks{{model=\"{}\"}} {}\n", label(m.name),
                      m.stats.prefix_cache_blocks);
   }
+  // Weights residency (docs/RESIDENCY.md).
+  header("power_weights_pinned_bytes", "gauge", "Bytes of weights kept resident, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_pinned_bytes{{model=\"{}\"}} {}\n", label(m.name),
+                     m.weights_pinned_bytes);
+  }
+  header("power_weights_streamed_bytes", "gauge",
+         "Bytes of weights streamed from the artifact each pass, per model (resident form).");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_streamed_bytes{{model=\"{}\"}} {}\n", label(m.name),
+                     m.weights_streamed_bytes);
+  }
+  header("power_weights_staging_bytes", "gauge", "Staging slots of streamed weights, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_staging_bytes{{model=\"{}\"}} {}\n", label(m.name),
+                     m.weights_staging_bytes);
+  }
+  header("power_weights_read_bytes_total", "counter",
+         "Bytes of streamed weights read from the artifact, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_read_bytes_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.weights_read_bytes);
+  }
+  header("power_weights_prefetch_total", "counter",
+         "Streamed weight groups read ahead, per model, by whether a pass used them.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_prefetch_total{{model=\"{}\",used=\"true\"}} {}\n",
+                     label(m.name), m.stats.weights_prefetch_useful);
+    o += fmt::format("power_weights_prefetch_total{{model=\"{}\",used=\"false\"}} {}\n",
+                     label(m.name), m.stats.weights_prefetch_unused);
+  }
+  header("power_weights_io_wait_seconds_total", "counter",
+         "Compute time spent waiting for streamed weights, per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_io_wait_seconds_total{{model=\"{}\"}} {}\n", label(m.name),
+                     static_cast<double>(m.stats.weights_wait_ns) / 1e9);
+  }
+  header("power_weights_read_errors_total", "counter",
+         "Failed reads of streamed weights (the pass failed), per model.");
+  for (const auto& m : models) {
+    o += fmt::format("power_weights_read_errors_total{{model=\"{}\"}} {}\n", label(m.name),
+                     m.stats.weights_read_errors);
+  }
   header("power_prefix_state_checkpoints", "gauge",
          "Recurrent-state checkpoints held by the prefix cache, per model.");
   for (const auto& m : models) {

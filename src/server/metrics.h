@@ -58,6 +58,8 @@ class Metrics {
     // Models with recurrent layers: state slots in all (one per running sequence, per
     // replica); 0 for attention-only models.
     int64_t state_slots_total = 0;
+    // Weights residency (ModelInfo): bytes resident and streamed, staging slots.
+    uint64_t weights_pinned_bytes = 0, weights_streamed_bytes = 0, weights_staging_bytes = 0;
   };
   struct EmbedGauges {
     std::string name;

@@ -151,6 +151,10 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(integer(&o->load.state_checkpoints, 0, 4096));
     } else if (key == "kv_type") {
       POWER_RETURN_IF_ERROR(str(&o->load.kv_type));
+    } else if (key == "weights_budget") {
+      POWER_RETURN_IF_ERROR(str(&o->load.weights_budget));
+    } else if (key == "prefetch") {
+      POWER_RETURN_IF_ERROR(integer(&o->load.prefetch, 0, 4));
     } else if (key == "store_home") {
       POWER_RETURN_IF_ERROR(str(&o->store_home));
     } else {

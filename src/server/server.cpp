@@ -1076,7 +1076,9 @@ void Server::Impl::register_routes(httplib::Server& s) {
         // A recurrent model holds one state slot per running sequence, max_running per replica.
         const int64_t slots =
             info.recurrent_state_bytes > 0 ? int64_t{opts.load.max_running} * info.replicas : 0;
-        gauges.push_back({m->id, m->handle.stats(), info.kv_block_tokens, slots});
+        gauges.push_back({m->id, m->handle.stats(), info.kv_block_tokens, slots,
+                          info.weights_pinned_bytes, info.weights_streamed_bytes,
+                          info.weights_staging_bytes});
       }
     }
     int active_generations = 0;

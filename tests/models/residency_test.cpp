@@ -101,6 +101,48 @@ TEST(ResidencyPlan, PinsWholeGroupsFromTheFrontThenTheBack) {
   for (size_t i = 1; i < p.streamed.size(); ++i) EXPECT_EQ(p.streamed[i], p.streamed[i - 1] + 1);
 }
 
+// A streamed matrix outside the blocks larger than the largest block (blk.3: 400 bytes) is
+// split into pieces of whole groups of 8 rows of at most that size, so that the staging slots
+// are sized by a block: an output matrix of 67 rows of 34 bytes (2278) gives 400 / 34 = 11 ->
+// 8 rows per piece; the last piece takes the 11 rows left (no piece under 8 rows).
+TEST(ResidencyPlan, SplitsAStreamedMatrixLargerThanABlockIntoRowPieces) {
+  std::vector<ResidencyTensor> ts = toy();
+  ResidencyTensor& out = ts.front();  // toy() is reversed: output.weight first
+  ASSERT_EQ(out.name, "output.weight");
+  out.file_bytes = out.resident_bytes = 67 * 34;
+  out.shape = {32, 67};
+  const ResidencyPlan z = plan_residency(ts, 0, "ab");
+  std::vector<std::string> want = {"blk.0", "blk.1", "blk.2", "blk.3"};
+  for (int r = 0; r < 56; r += 8) {
+    want.push_back("output.weight[" + std::to_string(r) + ":" + std::to_string(r + 8) + "]");
+  }
+  want.push_back("output.weight[56:67]");
+  EXPECT_EQ(streamed_names(z), want);
+  size_t oi = 0;
+  while (z.tensors[oi].name != "output.weight") ++oi;
+  EXPECT_EQ(z.pieces[oi], 8);
+  EXPECT_EQ(z.group_of[oi], 4);
+  uint64_t sum = 0, next = z.tensors[oi].file_offset;
+  for (size_t g = 4; g < z.groups.size(); ++g) {
+    const ResidencyGroup& piece = z.groups[g];
+    EXPECT_EQ(piece.members, std::vector<int>{static_cast<int>(oi)});
+    EXPECT_EQ(piece.file_begin, next);  // contiguous, in row order
+    EXPECT_EQ(piece.file_end - piece.file_begin,
+              static_cast<uint64_t>(piece.row_end - piece.row_begin) * 34);
+    next = piece.file_end;
+    sum += piece.resident_bytes;
+  }
+  EXPECT_EQ(next, z.tensors[oi].file_offset + 67 * 34);
+  EXPECT_EQ(sum, 67u * 34);
+  EXPECT_EQ(z.streamed_bytes, 3u * 200 + 400 + 67 * 34);
+  EXPECT_EQ(z.pieces[0], 0);  // not streamed: the output norm (offsets sort it before)
+  // Every block pinned: the pieces are sized by the largest block still (staging is one
+  // piece's size, not the matrix's).
+  const ResidencyPlan b = plan_residency(ts, 50 + 1000, "ab");
+  EXPECT_EQ(streamed_names(b), std::vector<std::string>(want.begin() + 4, want.end()));
+  EXPECT_EQ(b.pinned_bytes, 1050u);
+}
+
 TEST(ResidencyPlan, DigestBindsBudgetAndArtifact) {
   const ResidencyPlan a = plan_residency(toy(), 550, "ab");
   EXPECT_EQ(a.digest.size(), 64u);

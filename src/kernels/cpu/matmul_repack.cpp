@@ -139,7 +139,8 @@ bool RepackedWeights::add(const TensorView& w) {
   return add_all(std::span<const TensorView>(&w, 1)) == 1;
 }
 
-int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
+int64_t RepackedWeights::add_all(std::span<const TensorView> ws,
+                                 const std::function<void(const TensorView&)>& packed_one) {
   if (!matmul_repack_enabled()) return 0;
   Registry& reg = registry();
   // How many of `ws` this owner now serves from packed copies (a view repeated in `ws`
@@ -202,6 +203,7 @@ int64_t RepackedWeights::add_all(std::span<const TensorView> ws) {
   for (size_t i = 0; i < todo.size(); ++i) {
     packs[i]->data = std::shared_ptr<uint8_t>(shared_region, shared_region->data() + offsets[i]);
     pack_into(*todo[i], *packs[i]);
+    if (packed_one) packed_one(*todo[i]);
   }
   std::unique_lock lock(reg.mu);
   for (size_t i = 0; i < todo.size(); ++i) {

@@ -46,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -72,7 +73,12 @@ class RepackedWeights {
   bool add(const TensorView& w);
   // add() for many views at once, their new copies in one huge-page region. Returns how many
   // of `ws` are now served from packed copies. A loader passes all its matrices in one call.
-  int64_t add_all(std::span<const TensorView> ws);
+  // `packed_one`, when given, is called with each view this call packs, right after its copy
+  // is made (a loader that will not read the source again drops its pages there, so that the
+  // source and every copy are not resident at once; rows past the last full group of 8 are
+  // still read from the source).
+  int64_t add_all(std::span<const TensorView> ws,
+                  const std::function<void(const TensorView&)>& packed_one = {});
 
   int64_t n_matrices() const { return static_cast<int64_t>(keys_.size()); }
   // Bytes of packed copies this owner registered (shared copies counted by each owner).

@@ -1,0 +1,200 @@
+// Black-box tests of the weights-residency surfaces (docs/RESIDENCY.md): `power residency plan`
+// (text and JSON, digest bound to the budget) and `power run --weights-budget`, whose greedy
+// text with every matrix streamed equals llama2.c's on stories260K, receipts that bind the plan
+// while the weights digest stays, and the peak RSS at every budget.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_util.h"
+#include "test_util.h"
+
+namespace power {
+namespace {
+
+using testing::run_power;
+
+std::string stories(const std::string& name) {
+  return testing::shared_dir() + "/models/stories260K/" + name;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(CliResidency, PlanPrintsTiersAndABudgetBoundDigest) {
+  POWER_REQUIRE_SHARED();
+  const std::string model = stories("stories260K-ftypeQ6_K_fallback-Q8_0-F16.gguf");
+  auto text = run_power({"residency", "plan", "-m", model, "--budget", "50%"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("streamed"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("digest"), std::string::npos) << text.out;
+  auto j1 = run_power({"residency", "plan", "-m", model, "--budget", "50%", "--json"});
+  ASSERT_EQ(j1.exit_code, 0) << j1.err;
+  const nlohmann::json a = nlohmann::json::parse(j1.out);
+  EXPECT_EQ(a["schema"], "power.residency-plan/1");
+  EXPECT_EQ(a["artifact_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(a["digest"].get<std::string>().size(), 64u);
+  EXPECT_LE(a["pinned_bytes"].get<uint64_t>(), a["total_bytes"].get<uint64_t>() / 2 + 1);
+  int streamed = 0;
+  for (const auto& t : a["tensors"]) streamed += t["tier"] == "streamed";
+  EXPECT_GT(streamed, 0);
+  // Same file, same budget: same digest; another budget: another digest.
+  auto j2 = run_power({"residency", "plan", "-m", model, "--budget", "50%", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(j2.out)["digest"], a["digest"]);
+  auto j3 = run_power({"residency", "plan", "-m", model, "--budget", "10%", "--json"});
+  EXPECT_NE(nlohmann::json::parse(j3.out)["digest"], a["digest"]);
+  auto bad = run_power({"residency", "plan", "-m", model, "--budget", "lots"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("bad weights budget"), std::string::npos) << bad.err;
+}
+
+TEST(CliResidency, RunWithEveryMatrixStreamedEqualsLlama2c) {
+  POWER_REQUIRE_SHARED();
+  auto r =
+      run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "0", "--ctx",
+                 "512", "-t", "2", "--weights-budget", "0%", "--prefetch", "1", "--verbose"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read_text(stories("expected_greedy_t0_n256.txt")));
+  EXPECT_NE(r.err.find("streamed"), std::string::npos) << r.err;
+  auto bad = run_power(
+      {"run", "-m", stories("stories260K-F32.gguf"), "--weights-budget", "120%", "-p", "x"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("bad weights budget"), std::string::npos) << bad.err;
+}
+
+// Receipts name the plan the weights were read under; the weights' identity does not change.
+// stories260K at 0 % (every matrix streamed) and 100 %: the same model.tensors_sha256 and output
+// digests, different plan digests, both verified by `power verify`.
+TEST(CliResidency, ReceiptsBindThePlanAndKeepTheWeightsDigest) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::make_temp_dir("power-residency-receipt");
+  nlohmann::json receipts[2];
+  const char* budgets[2] = {"0%", "100%"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir + "/receipt-" + std::to_string(i) + ".json";
+    auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-p", "Once upon a time",
+                        "-n", "32", "--temp", "0", "--ctx", "256", "-t", "2", "--weights-budget",
+                        budgets[i], "--receipt", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto v = run_power({"verify", out});
+    EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+    receipts[i] = nlohmann::json::parse(read_text(out));
+  }
+  const nlohmann::json& streamed = receipts[0];
+  const nlohmann::json& resident = receipts[1];
+  EXPECT_EQ(streamed["model"]["tensors_sha256"], resident["model"]["tensors_sha256"]);
+  EXPECT_EQ(streamed["model"]["sha256"], resident["model"]["sha256"]);
+  EXPECT_EQ(streamed["output"]["tokens_sha256"], resident["output"]["tokens_sha256"]);
+  const nlohmann::json& a = streamed["config"]["weights_residency"];
+  const nlohmann::json& b = resident["config"]["weights_residency"];
+  EXPECT_EQ(a["plan_sha256"].get<std::string>().size(), 64u);
+  EXPECT_NE(a["plan_sha256"], b["plan_sha256"]);
+  EXPECT_GT(a["streamed_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(b["streamed_bytes"].get<uint64_t>(), 0u);
+  // The plan digest is the one `power residency plan` prints for that budget.
+  auto plan = run_power({"residency", "plan", "-m", stories("stories260K-F32.gguf"), "--budget",
+                         "0%", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(nlohmann::json::parse(plan.out)["digest"], a["plan_sha256"]);
+  testing::remove_tree(dir);
+}
+
+// A matrix larger than a block (the output layer) streams in row pieces: `power logits` gives
+// the same bytes at every budget. The "tiny" synthetic llama (64 wide, 2 blocks of 38 KiB in
+// Q8_0, a 32000-row output matrix of 2.1 MB) streams its output in 56 pieces of 576 rows.
+TEST(CliResidency, LogitsOfAMatrixStreamedInRowPiecesAreBitIdentical) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::make_temp_dir("power-residency-pieces");
+  std::string ids;
+  for (int i = 0; i < 24; ++i) ids += (i ? "," : "") + std::to_string(1 + (i * 7919) % 31999);
+  for (const char* type : {"q8_0", "f32"}) {
+    const std::string model = dir + "/tiny-" + type + ".gguf";
+    auto s = run_power({"dev", "synth", "--shape", "tiny", "--type", type, "--vocab",
+                        testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf",
+                        "-o", model});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    auto plan = run_power({"residency", "plan", "-m", model, "--budget", "0%"});
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    EXPECT_NE(plan.out.find("output.weight[0:"), std::string::npos) << plan.out;
+    std::string reference;
+    for (const char* budget : {"100%", "50%", "0%"}) {
+      for (const char* prefetch : {"0", "2"}) {
+        const std::string out = dir + "/logits.f32";
+        auto r = run_power({"logits", "-m", model, "--tokens", ids, "--out", out, "-t", "2",
+                            "--weights-budget", budget, "--prefetch", prefetch});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const std::string bytes = read_text(out);
+        ASSERT_EQ(bytes.size(), 24u * 32000 * sizeof(float));
+        if (reference.empty()) {
+          reference = bytes;
+        } else {
+          EXPECT_TRUE(bytes == reference) << type << " at " << budget << ", prefetch " << prefetch;
+        }
+      }
+    }
+  }
+  testing::remove_tree(dir);
+}
+
+double mib_after(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  EXPECT_NE(at, std::string::npos) << key << " not in: " << text;
+  return at == std::string::npos ? 0.0 : std::stod(text.substr(at + key.size()));
+}
+
+// Memory: at every budget the peak RSS of `power run` (getrusage ru_maxrss, load included)
+// stays within what it reports with --verbose: the resident weights (pinned + staging slots
+// when streaming; the mapping + packed copies at 100 %) + KV cache + scratch, plus the
+// process's baseline (the peak RSS of `power tokenize` on the same file: the binary, the
+// file's metadata, the tokenizer) and 16 MiB for logits, sampling, the token rows read from the
+// mapping and allocator slack. A 134M Q8_0 file (144 MB; its packed copy as large again): a
+// load that kept a matrix's mapped pages beside its copy, or staging slots sized by the 26 MB
+// output matrix instead of a 7.5 MB block, breaks the bound by tens of MiB.
+TEST(CliResidency, PeakRssStaysWithinTheBudgetAtEveryBudget) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::make_temp_dir("power-residency-rss");
+  const std::string model = dir + "/134m-q8_0.gguf";
+  auto s = run_power({"dev", "synth", "--shape", "134m", "--type", "q8_0", "--vocab",
+                      testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf", "-o",
+                      model});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  // The process, the file's metadata and the tokenizer: what `power tokenize` holds.
+  const long base_kb = run_power({"tokenize", "-m", model, "--text", "hi"}).max_rss_kb;
+  std::string first_out;
+  double full_weights_mib = 0;
+  for (const char* budget : {"100%", "50%", "25%", "0%"}) {
+    auto r = run_power({"run", "-m", model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
+                        "--ctx", "256", "-t", "2", "--ignore-eos", "--verbose", "--weights-budget",
+                        budget});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const double weights_mib = mib_after(r.err, "weights mapped ");
+    const double kv_mib = mib_after(r.err, "kv cache ");
+    const double scratch_mib = mib_after(r.err, "scratch ");
+    const double bound_kb = (weights_mib + kv_mib + scratch_mib + 16.0) * 1024 + base_kb;
+    std::printf(
+        "  %s: peak RSS %ld KiB; bound %.0f KiB (weights %.2f MiB, kv %.2f MiB, scratch %.2f "
+        "MiB, baseline %ld KiB)\n",
+        budget, r.max_rss_kb, bound_kb, weights_mib, kv_mib, scratch_mib, base_kb);
+    EXPECT_LE(r.max_rss_kb, bound_kb) << budget;
+    if (first_out.empty()) {
+      first_out = r.out;
+      full_weights_mib = weights_mib;
+    } else {
+      EXPECT_EQ(r.out, first_out) << budget;  // the same tokens at every budget
+      EXPECT_LT(weights_mib, full_weights_mib) << budget;
+    }
+  }
+  testing::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace power
