@@ -375,9 +375,8 @@ void add_run_commands(CLI::App& app) {
                      "Bytes of weights kept in memory (800M, 50%); the rest is streamed "
                      "(default: all resident; docs/RESIDENCY.md)");
   logits->add_option("--prefetch", lg_prefetch, "Streamed weight groups read ahead, 0-4");
-  logits->callback([] {
-    run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv, lg_budget, lg_prefetch);
-  });
+  logits->callback(
+      [] { run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv, lg_budget, lg_prefetch); });
 
   static std::string cv_model, cv_tok, cv_out;
   auto* convert = app.add_subcommand("convert", "Convert other model formats to GGUF");
