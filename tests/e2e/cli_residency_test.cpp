@@ -101,8 +101,8 @@ TEST(CliResidency, ReceiptsBindThePlanAndKeepTheWeightsDigest) {
   EXPECT_GT(a["streamed_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(b["streamed_bytes"].get<uint64_t>(), 0u);
   // The plan digest is the one `power residency plan` prints for that budget.
-  auto plan = run_power({"residency", "plan", "-m", stories("stories260K-F32.gguf"), "--budget",
-                         "0%", "--json"});
+  auto plan = run_power(
+      {"residency", "plan", "-m", stories("stories260K-F32.gguf"), "--budget", "0%", "--json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(nlohmann::json::parse(plan.out)["digest"], a["plan_sha256"]);
   testing::remove_tree(dir);
@@ -172,9 +172,9 @@ TEST(CliResidency, PeakRssStaysWithinTheBudgetAtEveryBudget) {
   std::string first_out;
   double full_weights_mib = 0;
   for (const char* budget : {"100%", "50%", "25%", "0%"}) {
-    auto r = run_power({"run", "-m", model, "-p", "Once upon a time", "-n", "4", "--temp", "0",
-                        "--ctx", "256", "-t", "2", "--ignore-eos", "--verbose", "--weights-budget",
-                        budget});
+    auto r =
+        run_power({"run", "-m", model, "-p", "Once upon a time", "-n", "4", "--temp", "0", "--ctx",
+                   "256", "-t", "2", "--ignore-eos", "--verbose", "--weights-budget", budget});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const double weights_mib = mib_after(r.err, "weights mapped ");
     const double kv_mib = mib_after(r.err, "kv cache ");
