@@ -209,14 +209,23 @@ void run_ps(bool as_json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("%-32s %-14s %-10s %s\n", "NAME", "ID", "SIZE", "UNTIL");
+  std::printf("%-32s %-14s %-10s %-36s %s\n", "NAME", "ID", "SIZE", "WEIGHTS", "UNTIL");
   for (const auto& m : j["models"]) {
     if (!m.is_object()) continue;
     std::string digest = m.value("digest", "");
     if (digest.starts_with("sha256:")) digest = digest.substr(7);
-    std::printf("%-32s %-14s %-10s %s\n", m.value("name", "?").c_str(),
+    // Weights residency (docs/RESIDENCY.md): all resident, or how much streams and has been read.
+    std::string weights = m.value("residency", "");
+    if (m.contains("weights") && m["weights"].is_object() && weights == "streamed") {
+      const json& w = m["weights"];
+      weights = fmt::format("{} resident, {} streamed, {} read",
+                            st::format_bytes(w.value("pinned_bytes", uint64_t{0})),
+                            st::format_bytes(w.value("streamed_bytes", uint64_t{0})),
+                            st::format_bytes(w.value("read_bytes", uint64_t{0})));
+    }
+    std::printf("%-32s %-14s %-10s %-36s %s\n", m.value("name", "?").c_str(),
                 digest.substr(0, 12).c_str(),
-                st::format_bytes(m.value("size_bytes", uint64_t{0})).c_str(),
+                st::format_bytes(m.value("size_bytes", uint64_t{0})).c_str(), weights.c_str(),
                 m.value("expires_at", "").c_str());
   }
 }

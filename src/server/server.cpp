@@ -134,8 +134,8 @@ json timings_json(const Completion& c) {
 }
 
 // Power's memory split of a loaded language model (/api/ps, the console's Models view,
-// --print-plan): weights are mapped from the artifact plus the kernels' packed copies (the only
-// residency tier until #23); the KV pool, recurrent state (slots and the prefix cache's
+// --print-plan): weights are mapped from the artifact plus the kernels' packed copies, or, under
+// a weights budget, the pinned part plus the staging slots of the streamed part; the KV pool, recurrent state (slots and the prefix cache's
 // checkpoints) and scratch are per replica and summed over the replicas.
 json memory_split(const ModelInfo& info) {
   const uint64_t r = static_cast<uint64_t>(info.replicas);
@@ -1107,11 +1107,25 @@ void Server::Impl::register_routes(httplib::Server& s) {
       const ModelInfo& info = m->handle.info();
       json entry = memory_split(info);
       const uint64_t size = entry["size_bytes"].get<uint64_t>();
+      // Weights residency (docs/RESIDENCY.md): the plan and what streaming has cost so far.
+      const RuntimeStats stats = m->handle.stats();
+      const bool streams = info.weights_streamed_bytes > 0;
+      entry["weights"] = json{{"plan_sha256", info.residency_digest},
+                              {"total_bytes", info.weights_total_bytes},
+                              {"pinned_bytes", info.weights_pinned_bytes},
+                              {"streamed_bytes", info.weights_streamed_bytes},
+                              {"staging_bytes", info.weights_staging_bytes},
+                              {"read_bytes", stats.weights_read_bytes},
+                              {"group_reads", stats.weights_loads},
+                              {"prefetch_used", stats.weights_prefetch_useful},
+                              {"prefetch_unused", stats.weights_prefetch_unused},
+                              {"io_wait_ms", static_cast<double>(stats.weights_wait_ns) / 1e6},
+                              {"read_errors", stats.weights_read_errors}};
       entry.update(json{
           {"name", m->id},
           {"model", m->source},
           {"digest", "sha256:" + info.sha256},
-          {"residency", "mmap"},
+          {"residency", streams ? "streamed" : "mmap"},
           {"arch", info.arch},
           // Ollama's fields beside Power's.
           {"size", size},

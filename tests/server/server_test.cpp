@@ -391,6 +391,50 @@ TEST_F(ServerFixture, HealthMetricsAndPs) {
   EXPECT_GT(ps["models"][0]["size_bytes"].get<uint64_t>(), 1000000u);  // 1.1 MB of F32 weights
 }
 
+// A model served under a weights budget (config keys weights_budget and prefetch;
+// docs/RESIDENCY.md): every matrix of stories260K streamed, the same greedy completion as the
+// fully resident server, and /api/ps and /metrics say what streams and what was read.
+TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
+  POWER_REQUIRE_SHARED();
+  const json req = {{"model", kModel}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
+                    {"temperature", 0}};
+  auto resident = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(resident.status, 200) << resident.body;
+  auto ps0 = json::parse(get(port_, "/api/ps").body)["models"][0];
+  EXPECT_EQ(ps0["residency"], "mmap");
+  EXPECT_EQ(ps0["weights"]["streamed_bytes"], 0);
+  TearDown();
+  ServerOptions o;
+  o.models = {stories("stories260K-F32.gguf")};
+  o.load.n_ctx = 512;
+  o.load.threads = 1;
+  ASSERT_TRUE(apply_config_json(json::parse(R"({"weights_budget":"0%","prefetch":1})"), &o).ok());
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"prefetch":5})"), &o).ok());
+  start(std::move(o));
+  auto streamed = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(json::parse(streamed.body)["choices"][0]["text"],
+            json::parse(resident.body)["choices"][0]["text"]);
+  auto ps = json::parse(get(port_, "/api/ps").body)["models"][0];
+  EXPECT_EQ(ps["residency"], "streamed");
+  const json& w = ps["weights"];
+  EXPECT_GT(w["streamed_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(w["staging_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(w["plan_sha256"].get<std::string>().size(), 64u);
+  // At least one pass (the prompt) and one per generated token read every streamed group.
+  EXPECT_GE(w["read_bytes"].get<uint64_t>(), w["streamed_bytes"].get<uint64_t>() / 2);
+  EXPECT_EQ(w["read_errors"], 0);
+  const std::string metrics = get(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("power_weights_streamed_bytes{model=\"stories260K-F32\"} " +
+                         std::to_string(w["streamed_bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("power_weights_read_bytes_total{model=\"stories260K-F32\"} " +
+                         std::to_string(w["read_bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
+}
+
 // A client that disconnects mid-stream cancels its generation: the EOS token is banned so the
 // request would otherwise run to max_tokens.
 TEST_F(ServerFixture, DisconnectMidStreamCancels) {

@@ -273,6 +273,16 @@ TEST_F(Processes, PsListsModelsOfARunningServer) {
   ASSERT_EQ(ps.exit_code, 0) << ps.err;
   EXPECT_NE(ps.out.find("stories260K"), std::string::npos) << ps.out;
   EXPECT_NE(ps.out.find("0123456789ab"), std::string::npos) << ps.out;
+  // A model whose weights stream (docs/RESIDENCY.md): what stays, what streams, what was read.
+  r.body =
+      R"({"models":[{"name":"big","digest":"sha256:0123456789abcdef","size_bytes":3000000,"residency":"streamed","weights":{"pinned_bytes":1048576,"streamed_bytes":2097152,"read_bytes":10485760},"expires_at":"never"}]})";
+  server_.set_route("/api/ps", r);
+  auto streamed = testing::run_process(cli({"ps"}), e);
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_NE(streamed.out.find("WEIGHTS"), std::string::npos) << streamed.out;
+  EXPECT_NE(streamed.out.find("1.0 MiB resident, 2.0 MiB streamed, 10.0 MiB read"),
+            std::string::npos)
+      << streamed.out;
 }
 
 }  // namespace
