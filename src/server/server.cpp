@@ -135,8 +135,9 @@ json timings_json(const Completion& c) {
 
 // Power's memory split of a loaded language model (/api/ps, the console's Models view,
 // --print-plan): weights are mapped from the artifact plus the kernels' packed copies, or, under
-// a weights budget, the pinned part plus the staging slots of the streamed part; the KV pool, recurrent state (slots and the prefix cache's
-// checkpoints) and scratch are per replica and summed over the replicas.
+// a weights budget, the pinned part plus the staging slots of the streamed part; the KV pool,
+// recurrent state (slots and the prefix cache's checkpoints) and scratch are per replica and summed
+// over the replicas.
 json memory_split(const ModelInfo& info) {
   const uint64_t r = static_cast<uint64_t>(info.replicas);
   const uint64_t kv = info.kv_cache_bytes * r;

@@ -396,8 +396,8 @@ TEST_F(ServerFixture, HealthMetricsAndPs) {
 // fully resident server, and /api/ps and /metrics say what streams and what was read.
 TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
   POWER_REQUIRE_SHARED();
-  const json req = {{"model", kModel}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
-                    {"temperature", 0}};
+  const json req = {
+      {"model", kModel}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
   auto resident = post(port_, "/v1/completions", req.dump());
   ASSERT_EQ(resident.status, 200) << resident.body;
   auto ps0 = json::parse(get(port_, "/api/ps").body)["models"][0];
