@@ -177,9 +177,10 @@ class WeightStreamer {
     std::vector<Member> members;
   };
   WeightStreamer() = default;
-  void io_loop();
-  Status load(Slot& s, int group);  // on the I/O thread, without the lock
-  int slot_of(int group) const;     // under mu_
+  void io_loop(int worker);
+  // On I/O worker `worker` (its read buffer), without the lock.
+  Status load(Slot& s, int group, int worker);
+  int slot_of(int group) const;  // under mu_
   // Under mu_: a slot to load into, -1 when none is free. need_group >= 0: a pass needs it now
   // (may evict a group wanted later); -1: a read ahead (evicts only groups no pass wants).
   int pick_victim(int need_group);
@@ -189,9 +190,10 @@ class WeightStreamer {
   std::vector<TensorView> views_;
   std::vector<int> order_;  // position of each plan group in the streamed order (-1: none)
   int fd_ = -1, direct_fd_ = -1;
+  std::atomic<bool> direct_ok_{false};  // direct reads allowed (cleared on EINVAL)
   int lookahead_ = 0;
   uint64_t slot_bytes_ = 0, staging_bytes_ = 0;
-  std::shared_ptr<uint8_t> io_buf_;
+  std::vector<std::shared_ptr<uint8_t>> io_bufs_;  // one per I/O worker
   uint64_t io_buf_bytes_ = 0;
   std::vector<Slot> slots_;
 
@@ -202,7 +204,7 @@ class WeightStreamer {
   std::vector<int> heads_;         // streamed positions of the passes acquiring or holding
   bool stop_ = false;
   StreamStats stats_;
-  std::thread io_;
+  std::vector<std::thread> io_;  // I/O workers: one group load each at a time
 };
 
 }  // namespace power

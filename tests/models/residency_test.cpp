@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -296,6 +298,34 @@ TEST(ResidencyModels, LogitsAndGreedyTokensAreBitIdenticalAtEveryBudget) {
     }
   }
   EXPECT_GE(streamed_runs, 40);
+}
+
+// POWER_DIRECT_IO=1: reads around the page cache (O_DIRECT, 4 KiB-aligned spans into the read
+// buffer) where the filesystem allows it, else the buffered path; the same bits either way.
+TEST(ResidencyModels, DirectReadsGiveTheSameBits) {
+  POWER_REQUIRE_SHARED();
+  const std::string root = testing::shared_dir() + "/fixtures/models";
+  for (const char* path : {"/llama/llama-Q8_0.gguf", "/qwen3/qwen3-Q4_K_M.gguf"}) {
+    SCOPED_TRACE(path);
+    const std::string file = root + path;
+    if (!std::filesystem::exists(file)) continue;
+    const auto tokens =
+        testing::read_ids(std::filesystem::path(file).parent_path().string() + "/tokens.txt");
+    auto ref_model = open_model(file, "", 2);
+    ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
+    const PassResult ref = run_model(**ref_model, tokens);
+    ::setenv("POWER_DIRECT_IO", "1", 1);
+    for (const char* budget : {"50%", "0%"}) {
+      auto m = open_model(file, budget, 2);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      const PassResult got = run_model(**m, tokens);
+      EXPECT_TRUE(same_bits(got.logits, ref.logits)) << budget;
+      EXPECT_EQ(got.greedy, ref.greedy) << budget;
+      std::printf("  %s at %s: direct reads %s\n", path, budget,
+                  (*m)->streamer()->stats().direct_io ? "yes" : "no (filesystem refused)");
+    }
+    ::unsetenv("POWER_DIRECT_IO");
+  }
 }
 
 // Passes of two threads share one streamer (one model, two workspaces): same bits.
