@@ -18,17 +18,7 @@ namespace power {
 namespace {
 
 using testing::run_power;
-
-std::string stories(const std::string& name) {
-  return testing::shared_dir() + "/models/stories260K/" + name;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::stories;
 
 TEST(CliResidency, PlanPrintsTiersAndABudgetBoundDigest) {
   POWER_REQUIRE_SHARED();
@@ -63,7 +53,7 @@ TEST(CliResidency, RunWithEveryMatrixStreamedEqualsLlama2c) {
       run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "0", "--ctx",
                  "512", "-t", "2", "--weights-budget", "0%", "--prefetch", "1", "--verbose"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, read_text(stories("expected_greedy_t0_n256.txt")));
+  EXPECT_EQ(r.out, testing::read_file(stories("expected_greedy_t0_n256.txt")));
   EXPECT_NE(r.err.find("streamed"), std::string::npos) << r.err;
   auto bad = run_power(
       {"run", "-m", stories("stories260K-F32.gguf"), "--weights-budget", "120%", "-p", "x"});
@@ -87,7 +77,7 @@ TEST(CliResidency, ReceiptsBindThePlanAndKeepTheWeightsDigest) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto v = run_power({"verify", out});
     EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
-    receipts[i] = nlohmann::json::parse(read_text(out));
+    receipts[i] = nlohmann::json::parse(testing::read_file(out));
   }
   const nlohmann::json& streamed = receipts[0];
   const nlohmann::json& resident = receipts[1];
@@ -132,7 +122,7 @@ TEST(CliResidency, LogitsOfAMatrixStreamedInRowPiecesAreBitIdentical) {
         auto r = run_power({"logits", "-m", model, "--tokens", ids, "--out", out, "-t", "2",
                             "--weights-budget", budget, "--prefetch", prefetch});
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        const std::string bytes = read_text(out);
+        const std::string bytes = testing::read_file(out);
         ASSERT_EQ(bytes.size(), 24u * 32000 * sizeof(float));
         if (reference.empty()) {
           reference = bytes;

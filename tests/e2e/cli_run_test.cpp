@@ -18,17 +18,7 @@ namespace power {
 namespace {
 
 using testing::run_power;
-
-std::string stories(const std::string& name) {
-  return testing::shared_dir() + "/models/stories260K/" + name;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::stories;
 
 // A fixture's token ids as `power logits --tokens` takes them: "1,2,3".
 std::string id_list(const std::string& path) {
@@ -51,7 +41,7 @@ TEST_F(CliRunTest, RunGreedyEqualsLlama2c) {
   auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "0",
                       "--ctx", "512", "-t", "2", "--verbose"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, read_text(stories("expected_greedy_t0_n256.txt")));
+  EXPECT_EQ(r.out, testing::read_file(stories("expected_greedy_t0_n256.txt")));
   EXPECT_NE(r.err.find("prefill: 1 tokens"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("decode: 256 tokens"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("kv cache"), std::string::npos) << r.err;
@@ -66,7 +56,7 @@ TEST_F(CliRunTest, RunSeededTopPEqualsLlama2c) {
                       "--top-p", "0.9", "--top-k", "0", "--min-p", "0", "--seed", "133742", "--ctx",
                       "512", "--kv-type", "f32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, read_text(stories("expected_t1.0_p0.9_s133742_n256.txt")));
+  EXPECT_EQ(r.out, testing::read_file(stories("expected_t1.0_p0.9_s133742_n256.txt")));
 }
 
 TEST_F(CliRunTest, RunWithPromptAndStop) {

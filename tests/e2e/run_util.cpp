@@ -6,6 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "test_util.h"
 
 extern char** environ;
@@ -14,6 +17,17 @@ namespace power::testing {
 
 std::string power_binary() {
   return POWER_BINARY;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string stories(const std::string& name) {
+  return shared_dir() + "/models/stories260K/" + name;
 }
 
 RunResult run_power(const std::vector<std::string>& args) {

@@ -16,4 +16,9 @@ struct RunResult {
 std::string power_binary();
 RunResult run_power(const std::vector<std::string>& args);
 
+// A file's bytes ("" when it cannot be read).
+std::string read_file(const std::string& path);
+// A file of ../shared/models/stories260K.
+std::string stories(const std::string& name);
+
 }  // namespace power::testing
