@@ -6,13 +6,22 @@
 
 namespace power {
 
+inline bool env_value_is_off(std::string_view s) {
+  return s == "0" || s == "off" || s == "false" || s == "no";
+}
+
 // False when the environment sets `name` to 0, off, false or no; true otherwise (unset too).
 // Read at each call, so tests and A/B runs may change it between loads.
 inline bool env_switch_on(const char* name) {
   const char* v = std::getenv(name);
-  if (v == nullptr) return true;
-  const std::string_view s(v);
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
+  return v == nullptr || !env_value_is_off(v);
+}
+
+// An opt-in switch: true when the environment sets `name` to anything but "", 0, off, false or
+// no; false when it is unset. Read at each call.
+inline bool env_switch_set_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && !env_value_is_off(v);
 }
 
 }  // namespace power

@@ -294,11 +294,16 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
   // Packed in one call so that the copies share one huge-page region. Under a budget each
   // matrix's pages in the mapping are dropped as soon as its copy is made, so the load's peak
   // stays near the pinned bytes instead of twice them.
+  // A packed matrix's bytes the kernels no longer read in the mapping: its rows up to the last
+  // full group of 8 (the rows past it are still read from the original layout).
+  auto packed_rows_bytes = [](const TensorView& v) {
+    return v.row_bytes() * static_cast<uint64_t>(v.ne[1] / 8 * 8);
+  };
   std::function<void(const TensorView&)> drop_source;
   if (plan.streams()) {
-    drop_source = [&](const TensorView& v) {  // the rows past the last group of 8 stay
+    drop_source = [&](const TensorView& v) {
       const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - base);
-      file.mapping().release(offset, v.row_bytes() * static_cast<uint64_t>(v.ne[1] / 8 * 8));
+      file.mapping().release(offset, packed_rows_bytes(v));
     };
   }
   m.packs_.add_all(matrices, drop_source);
@@ -316,10 +321,8 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     const size_t v = index.at(base + plan.tensors[i].file_offset);
     if (plan.tier[i] == WeightTier::kStreamed) {
       m.unread_.emplace_back(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
-    } else if (plan.tier[i] == WeightTier::kPinned && matrix(v) &&
-               matmul_uses_repacked(views[v])) {  // the rows past the last group of 8 stay
-      m.unread_.emplace_back(plan.tensors[i].file_offset,
-                             views[v].row_bytes() * static_cast<uint64_t>(views[v].ne[1] / 8 * 8));
+    } else if (plan.tier[i] == WeightTier::kPinned && matrix(v) && matmul_uses_repacked(views[v])) {
+      m.unread_.emplace_back(plan.tensors[i].file_offset, packed_rows_bytes(views[v]));
     }
   }
   m.drop_unread_pages();

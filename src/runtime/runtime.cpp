@@ -443,15 +443,16 @@ RuntimeStats ModelHandle::stats() const {
     s.spec_restores += slot->spec_totals.restores;
     s.spec_replays += slot->spec_totals.replays;
     s.spec_replayed_tokens += slot->spec_totals.replayed_tokens;
-    if (slot == slots_.front() && slot->model->streamer() != nullptr) {  // one per model
-      const StreamStats w = slot->model->streamer()->stats();
-      s.weights_read_bytes += w.bytes_read;
-      s.weights_loads += w.loads;
-      s.weights_prefetch_useful += w.prefetch_useful;
-      s.weights_prefetch_unused += w.prefetch_unused;
-      s.weights_wait_ns += w.wait_ns;
-      s.weights_read_errors += w.read_errors;
-    }
+  }
+  // The replicas share one model, so one streamer.
+  if (!slots_.empty() && slots_.front()->model->streamer() != nullptr) {
+    const StreamStats w = slots_.front()->model->streamer()->stats();
+    s.weights_read_bytes = w.bytes_read;
+    s.weights_loads = w.loads;
+    s.weights_prefetch_useful = w.prefetch_useful;
+    s.weights_prefetch_unused = w.prefetch_unused;
+    s.weights_wait_ns = w.wait_ns;
+    s.weights_read_errors = w.read_errors;
   }
   return s;
 }

@@ -191,52 +191,36 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
   o += fmt::format("power_time_to_first_token_seconds_sum {}\n", ttft_sum_seconds_);
   o += fmt::format("power_time_to_first_token_seconds_count {}\n", ttft_count_);
 
-  header("power_requests_running", "gauge", "Requests in the running batch, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_requests_running{{model=\"{}\"}} {}\n", label(m.name), m.stats.running);
-  }
-  header("power_queue_depth", "gauge", "Requests waiting for a slot or memory, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_queue_depth{{model=\"{}\"}} {}\n", label(m.name), m.stats.waiting);
-  }
-  header("power_kv_blocks_used", "gauge", "KV cache blocks in use, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_kv_blocks_used{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.kv_blocks_used);
-  }
-  header("power_kv_blocks_total", "gauge", "KV cache blocks in the pool, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_kv_blocks_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.kv_blocks_total);
-  }
-  header("power_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_prefix_cache_blocks{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.prefix_cache_blocks);
-  }
+  // One gauge or counter with a sample per model.
+  auto per_model = [&](std::string_view name, std::string_view type, std::string_view help,
+                       auto value) {
+    header(name, type, help);
+    for (const auto& m : models) {
+      o += fmt::format("{}{{model=\"{}\"}} {}\n", name, label(m.name), value(m));
+    }
+  };
+  using G = ModelGauges;
+  per_model("power_requests_running", "gauge", "Requests in the running batch, per model.",
+            [](const G& m) { return m.stats.running; });
+  per_model("power_queue_depth", "gauge", "Requests waiting for a slot or memory, per model.",
+            [](const G& m) { return m.stats.waiting; });
+  per_model("power_kv_blocks_used", "gauge", "KV cache blocks in use, per model.",
+            [](const G& m) { return m.stats.kv_blocks_used; });
+  per_model("power_kv_blocks_total", "gauge", "KV cache blocks in the pool, per model.",
+            [](const G& m) { return m.stats.kv_blocks_total; });
+  per_model("power_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache, per model.",
+            [](const G& m) { return m.stats.prefix_cache_blocks; });
   // Weights residency (docs/RESIDENCY.md).
-  header("power_weights_pinned_bytes", "gauge", "Bytes of weights kept resident, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_pinned_bytes{{model=\"{}\"}} {}\n", label(m.name),
-                     m.weights_pinned_bytes);
-  }
-  header("power_weights_streamed_bytes", "gauge",
-         "Bytes of weights streamed from the artifact each pass, per model (resident form).");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_streamed_bytes{{model=\"{}\"}} {}\n", label(m.name),
-                     m.weights_streamed_bytes);
-  }
-  header("power_weights_staging_bytes", "gauge", "Staging slots of streamed weights, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_staging_bytes{{model=\"{}\"}} {}\n", label(m.name),
-                     m.weights_staging_bytes);
-  }
-  header("power_weights_read_bytes_total", "counter",
-         "Bytes of streamed weights read from the artifact, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_read_bytes_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.weights_read_bytes);
-  }
+  per_model("power_weights_pinned_bytes", "gauge", "Bytes of weights kept resident, per model.",
+            [](const G& m) { return m.weights_pinned_bytes; });
+  per_model("power_weights_streamed_bytes", "gauge",
+            "Bytes of weights streamed from the artifact each pass, per model (resident form).",
+            [](const G& m) { return m.weights_streamed_bytes; });
+  per_model("power_weights_staging_bytes", "gauge", "Staging slots of streamed weights, per model.",
+            [](const G& m) { return m.weights_staging_bytes; });
+  per_model("power_weights_read_bytes_total", "counter",
+            "Bytes of streamed weights read from the artifact, per model.",
+            [](const G& m) { return m.stats.weights_read_bytes; });
   header("power_weights_prefetch_total", "counter",
          "Streamed weight groups read ahead, per model, by whether a pass used them.");
   for (const auto& m : models) {
@@ -245,60 +229,33 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
     o += fmt::format("power_weights_prefetch_total{{model=\"{}\",used=\"false\"}} {}\n",
                      label(m.name), m.stats.weights_prefetch_unused);
   }
-  header("power_weights_io_wait_seconds_total", "counter",
-         "Compute time spent waiting for streamed weights, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_io_wait_seconds_total{{model=\"{}\"}} {}\n", label(m.name),
-                     static_cast<double>(m.stats.weights_wait_ns) / 1e9);
-  }
-  header("power_weights_read_errors_total", "counter",
-         "Failed reads of streamed weights (the pass failed), per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_weights_read_errors_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.weights_read_errors);
-  }
-  header("power_prefix_state_checkpoints", "gauge",
-         "Recurrent-state checkpoints held by the prefix cache, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_prefix_state_checkpoints{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.prefix_state_checkpoints);
-  }
-  header("power_reserved_bytes", "gauge", "Memory reserved by admitted requests, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_reserved_bytes{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.reserved_bytes);
-  }
-  header("power_scheduler_steps_total", "counter", "Forward passes run, per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_scheduler_steps_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.steps);
-  }
-  header("power_preemptions_total", "counter",
-         "Running requests preempted by higher-priority ones (they resume later), per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_preemptions_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.stats.preemptions);
-  }
-  header("power_kv_cache_usage_ratio", "gauge",
-         "KV cache blocks in use over blocks in the pool (0..1), per model.");
-  for (const auto& m : models) {
-    o += fmt::format("power_kv_cache_usage_ratio{{model=\"{}\"}} {}\n", label(m.name),
-                     usage_ratio(m.stats));
-  }
-  header("power_state_slots_used", "gauge",
-         "Recurrent-state slots held by running sequences, per model (0 without recurrent "
-         "layers).");
-  for (const auto& m : models) {
-    o += fmt::format("power_state_slots_used{{model=\"{}\"}} {}\n", label(m.name),
-                     m.state_slots_total > 0 ? m.stats.running : 0);
-  }
-  header("power_state_slots_total", "gauge",
-         "Recurrent-state slots in all (max running x replicas), per model (0 without recurrent "
-         "layers).");
-  for (const auto& m : models) {
-    o += fmt::format("power_state_slots_total{{model=\"{}\"}} {}\n", label(m.name),
-                     m.state_slots_total);
-  }
+  per_model("power_weights_io_wait_seconds_total", "counter",
+            "Compute time spent waiting for streamed weights, per model.",
+            [](const G& m) { return static_cast<double>(m.stats.weights_wait_ns) / 1e9; });
+  per_model("power_weights_read_errors_total", "counter",
+            "Failed reads of streamed weights (the pass failed), per model.",
+            [](const G& m) { return m.stats.weights_read_errors; });
+  per_model("power_prefix_state_checkpoints", "gauge",
+            "Recurrent-state checkpoints held by the prefix cache, per model.",
+            [](const G& m) { return m.stats.prefix_state_checkpoints; });
+  per_model("power_reserved_bytes", "gauge", "Memory reserved by admitted requests, per model.",
+            [](const G& m) { return m.stats.reserved_bytes; });
+  per_model("power_scheduler_steps_total", "counter", "Forward passes run, per model.",
+            [](const G& m) { return m.stats.steps; });
+  per_model("power_preemptions_total", "counter",
+            "Running requests preempted by higher-priority ones (they resume later), per model.",
+            [](const G& m) { return m.stats.preemptions; });
+  per_model("power_kv_cache_usage_ratio", "gauge",
+            "KV cache blocks in use over blocks in the pool (0..1), per model.",
+            [](const G& m) { return usage_ratio(m.stats); });
+  per_model(
+      "power_state_slots_used", "gauge",
+      "Recurrent-state slots held by running sequences, per model (0 without recurrent layers).",
+      [](const G& m) { return m.state_slots_total > 0 ? m.stats.running : 0; });
+  per_model("power_state_slots_total", "gauge",
+            "Recurrent-state slots in all (max running x replicas), per model (0 without recurrent "
+            "layers).",
+            [](const G& m) { return m.state_slots_total; });
   header("power_prefix_cache_queried_tokens_total", "counter",
          "Prompt tokens looked up in the prefix cache, per model.");
   for (const auto& [name, t] : prefix_by_model_) {
@@ -324,12 +281,9 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
       {"replays", &RuntimeStats::spec_replays},
       {"replayed_tokens", &RuntimeStats::spec_replayed_tokens}};
   for (const auto& [what, field] : spec) {
-    header(fmt::format("power_speculative_{}_total", what), "counter",
-           fmt::format("Speculative decoding: {} (tokens or passes), per model.", what));
-    for (const auto& m : models) {
-      o += fmt::format("power_speculative_{}_total{{model=\"{}\"}} {}\n", what, label(m.name),
-                       m.stats.*field);
-    }
+    per_model(fmt::format("power_speculative_{}_total", what), "counter",
+              fmt::format("Speculative decoding: {} (tokens or passes), per model.", what),
+              [field = field](const G& m) { return m.stats.*field; });
   }
   // Embedding models: microbatching merges concurrent requests into shared forward passes.
   const std::pair<const char*, uint64_t EmbedStats::*> emb[] = {
