@@ -90,6 +90,13 @@ struct LoadOptions {
   // (blocks) read ahead, 0-4.
   std::string weights_budget;
   int prefetch = 2;
+  // Partial mirror of streamed weights on a fast local disk (docs/RESIDENCY.md "Mirrors"):
+  // DIR/sha256-<artifact digest>/ is built at the first load of the artifact that streams and
+  // read in place of the artifact from then on (a failed or mismatching read falls back to the
+  // artifact). mirror_bytes caps its data ("20G", bytes; "" no cap beyond the filesystem's
+  // free space less 1 GiB). No effect when nothing streams.
+  std::string mirror_dir;
+  std::string mirror_bytes;
 };
 
 struct ModelInfo {
@@ -104,7 +111,9 @@ struct ModelInfo {
   std::string residency_digest;
   uint64_t weights_total_bytes = 0, weights_pinned_bytes = 0, weights_streamed_bytes = 0;
   uint64_t weights_staging_bytes = 0;
-  uint64_t kv_cache_bytes = 0;  // KV block pool
+  std::string weights_mirror_dir;     // the mirror's directory ("" when none)
+  uint64_t weights_mirror_bytes = 0;  // the artifact bytes it holds
+  uint64_t kv_cache_bytes = 0;        // KV block pool
   uint64_t kv_block_bytes = 0;
   int kv_block_tokens = 0;  // positions per KV block (the prefix cache's unit)
   int64_t kv_blocks = 0;
@@ -124,6 +133,7 @@ struct RuntimeStats {
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_blocks = 0;
   int64_t prefix_state_checkpoints = 0;  // recurrent models: states the prefix cache holds
   uint64_t steps = 0;
+  uint64_t step_tokens = 0;  // tokens computed by those forward passes (prompt, decode, drafts)
   // Running sequences preempted by higher-priority work (they resume later, recomputing what
   // the prefix cache does not hold).
   uint64_t preemptions = 0;
@@ -137,6 +147,9 @@ struct RuntimeStats {
   // issued ahead and whether a pass then used them, time passes waited for reads, read errors.
   uint64_t weights_read_bytes = 0, weights_loads = 0, weights_prefetch_useful = 0,
            weights_prefetch_unused = 0, weights_wait_ns = 0, weights_read_errors = 0;
+  // ... groups and bytes read from the partial mirror, and mirror reads that failed (error,
+  // short read, checksum mismatch) and were served from the artifact.
+  uint64_t weights_mirror_loads = 0, weights_mirror_bytes_read = 0, weights_mirror_fallbacks = 0;
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h

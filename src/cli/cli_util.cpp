@@ -18,6 +18,15 @@
 
 namespace power::cli {
 
+void add_mirror_options(CLI::App* cmd, std::string* dir, std::string* bytes) {
+  cmd->add_option("--mirror-dir", *dir,
+                  "Fast local directory for a partial mirror of streamed weights, built at the "
+                  "first load that streams (docs/RESIDENCY.md)");
+  cmd->add_option("--mirror-bytes", *bytes,
+                  "Cap on the mirror's bytes (20G, 1.5GiB; default: the disk's free space less "
+                  "1 GiB)");
+}
+
 void add_model_lib_option(CLI::App* cmd) {
   static std::deque<std::vector<std::string>> libs;  // one list per command, for the process
   std::vector<std::string>& mine = libs.emplace_back();

@@ -26,4 +26,7 @@ Result<std::string> resolve_model_path(const std::string& file_or_name);
 // cannot be loaded is reported and the command does not run (exit code 1).
 void add_model_lib_option(CLI::App* cmd);
 
+// Adds `--mirror-dir DIR` and `--mirror-bytes BYTES` (docs/RESIDENCY.md, "Mirrors").
+void add_mirror_options(CLI::App* cmd, std::string* dir, std::string* bytes);
+
 }  // namespace power::cli

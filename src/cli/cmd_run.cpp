@@ -12,6 +12,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/structured_flags.h"
@@ -78,6 +79,7 @@ struct RunOptions {
   bool require_mlock = false;  // --require-mlock: refuse weights that cannot be locked in RAM
   std::string weights_budget;  // --weights-budget (docs/RESIDENCY.md)
   int prefetch = 2;            // --prefetch
+  std::string mirror_dir, mirror_bytes;  // --mirror-dir, --mirror-bytes
   std::optional<AcceptancePolicy> policy;
 };
 
@@ -106,6 +108,8 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.require_mlock = o.require_mlock;
   lo.weights_budget = o.weights_budget;
   lo.prefetch = o.prefetch;
+  lo.mirror_dir = o.mirror_dir;
+  lo.mirror_bytes = o.mirror_bytes;
   if (!o.draft_model.empty()) {
     POWER_ASSIGN_OR_RETURN(lo.draft_model, resolve_model_path(o.draft_model));
   }
@@ -262,21 +266,40 @@ Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   return ids;
 }
 
-void run_logits(const std::string& path, const std::string& ids_text, const std::string& out,
-                int threads, const std::string& kv_type_name, const std::string& weights_budget,
-                int prefetch) {
-  auto ids = parse_ids(ids_text);
+struct LogitsOptions {
+  std::string model, tokens, out, kv_type = "f32", weights_budget, mirror_dir, mirror_bytes;
+  int threads = 0, prefetch = 2;
+};
+
+void run_logits(const LogitsOptions& lo) {
+  const std::string& out = lo.out;
+  const int threads = lo.threads;
+  auto ids = parse_ids(lo.tokens);
   if (!ids.ok()) return report_error(ids.status());
-  auto kv_type = parse_kv_type(kv_type_name);
+  auto kv_type = parse_kv_type(lo.kv_type);
   if (!kv_type.ok()) return report_error(kv_type.status());
-  auto resolved = resolve_model_path(path);
+  auto resolved = resolve_model_path(lo.model);
   if (!resolved.ok()) return report_error(resolved.status());
   LoadModelOptions options;
-  options.prefetch = prefetch;
-  if (!weights_budget.empty() && weights_budget != "auto") {
-    auto budget = parse_weights_budget(weights_budget);
+  options.prefetch = lo.prefetch;
+  if (!lo.weights_budget.empty() && lo.weights_budget != "auto") {
+    auto budget = parse_weights_budget(lo.weights_budget);
     if (!budget.ok()) return report_error(budget.status());
     options.weights_budget = *budget;
+  }
+  if (!lo.mirror_dir.empty()) {  // a mirror is bound to the artifact's digest
+    options.mirror_dir = lo.mirror_dir;
+    if (!lo.mirror_bytes.empty()) {
+      auto cap = parse_weights_budget(lo.mirror_bytes);
+      if (!cap.ok()) return report_error(cap.status());
+      if (cap->percent) {
+        return report_error(Status(StatusCode::kInvalidArgument, "--mirror-bytes takes bytes"));
+      }
+      options.mirror_bytes = cap->resolve(0);
+    }
+    auto digest = sha256_file(*resolved);
+    if (!digest.ok()) return report_error(digest.status());
+    options.sha256 = to_hex(*digest);
   }
   auto lm = load(*resolved, false, options);
   if (!lm.ok()) return report_error(lm.status());
@@ -335,6 +358,7 @@ void add_run_commands(CLI::App& app) {
                   "Bytes of weights kept in memory (800M, 1.5GiB, 50%); the rest is streamed "
                   "from the file (default auto: all when they fit; docs/RESIDENCY.md)");
   run->add_option("--prefetch", o.prefetch, "Streamed weight groups read ahead, 0-4 (default 2)");
+  add_mirror_options(run, &o.mirror_dir, &o.mirror_bytes);
   run->add_option("--spec", o.spec_mode,
                   "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model), "
                   "mtp (needs a model with MTP layers)");
@@ -362,21 +386,20 @@ void add_run_commands(CLI::App& app) {
     run_generate(o);
   });
 
-  static std::string lg_model, lg_tokens, lg_out, lg_kv = "f32", lg_budget;
-  static int lg_threads = 0, lg_prefetch = 2;
+  static LogitsOptions lg;
   auto* logits = app.add_subcommand("logits", "Write raw f32 logits for every position");
-  logits->add_option("-m,--model", lg_model, "GGUF model file")->required();
+  logits->add_option("-m,--model", lg.model, "GGUF model file")->required();
   add_model_lib_option(logits);
-  logits->add_option("--tokens", lg_tokens, "Comma-separated token ids")->required();
-  logits->add_option("--out,-o", lg_out, "Output file ([n_tokens x n_vocab] f32)")->required();
-  logits->add_option("-t,--threads", lg_threads, "Threads (0 = all cores)");
-  logits->add_option("--kv-type", lg_kv, "KV cache type: f32 (default here) or f16");
-  logits->add_option("--weights-budget", lg_budget,
+  logits->add_option("--tokens", lg.tokens, "Comma-separated token ids")->required();
+  logits->add_option("--out,-o", lg.out, "Output file ([n_tokens x n_vocab] f32)")->required();
+  logits->add_option("-t,--threads", lg.threads, "Threads (0 = all cores)");
+  logits->add_option("--kv-type", lg.kv_type, "KV cache type: f32 (default here) or f16");
+  logits->add_option("--weights-budget", lg.weights_budget,
                      "Bytes of weights kept in memory (800M, 50%); the rest is streamed "
                      "(default: all resident; docs/RESIDENCY.md)");
-  logits->add_option("--prefetch", lg_prefetch, "Streamed weight groups read ahead, 0-4");
-  logits->callback(
-      [] { run_logits(lg_model, lg_tokens, lg_out, lg_threads, lg_kv, lg_budget, lg_prefetch); });
+  logits->add_option("--prefetch", lg.prefetch, "Streamed weight groups read ahead, 0-4");
+  add_mirror_options(logits, &lg.mirror_dir, &lg.mirror_bytes);
+  logits->callback([] { run_logits(lg); });
 
   static std::string cv_model, cv_tok, cv_out;
   auto* convert = app.add_subcommand("convert", "Convert other model formats to GGUF");

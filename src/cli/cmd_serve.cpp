@@ -76,6 +76,8 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--kv-type")) o.load.kv_type = a.opts.load.kv_type;
   if (given("--weights-budget")) o.load.weights_budget = a.opts.load.weights_budget;
   if (given("--prefetch")) o.load.prefetch = a.opts.load.prefetch;
+  if (given("--mirror-dir")) o.load.mirror_dir = a.opts.load.mirror_dir;
+  if (given("--mirror-bytes")) o.load.mirror_bytes = a.opts.load.mirror_bytes;
   if (given("--state-checkpoints")) o.load.state_checkpoints = a.opts.load.state_checkpoints;
   // ONNX models (docs/SERVER.md "ONNX models").
   const onnx::ServiceOptions& x = a.opts.onnx;
@@ -236,6 +238,7 @@ void add_serve_commands(CLI::App& app) {
                   "from the file (default auto: all when they fit; docs/RESIDENCY.md)");
   cmd->add_option("--prefetch", o.load.prefetch,
                   "Streamed weight groups read ahead, 0-4 (default 2)");
+  add_mirror_options(cmd, &o.load.mirror_dir, &o.load.mirror_bytes);
   cmd->add_option("--state-checkpoints", o.load.state_checkpoints,
                   "Recurrent models: state checkpoints the prefix cache keeps per replica (0: "
                   "recompute every prompt)")

@@ -18,6 +18,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "device/weights_mirror.h"
 #include "kernels/cpu/matmul_repack.h"
 
 namespace power {
@@ -335,7 +336,8 @@ std::string ResidencyPlan::to_text() const {
 Result<std::unique_ptr<WeightStreamer>> WeightStreamer::create(const std::string& path,
                                                                const ResidencyPlan& plan,
                                                                const std::vector<TensorView>& views,
-                                                               int lookahead, int slots) {
+                                                               int lookahead, int slots,
+                                                               const WeightsMirror* mirror) {
   if (lookahead < 0 || lookahead > 4) {
     return Status(StatusCode::kInvalidArgument, "prefetch lookahead must be 0 to 4 groups")
         .with("lookahead", lookahead);
@@ -345,6 +347,7 @@ Result<std::unique_ptr<WeightStreamer>> WeightStreamer::create(const std::string
   }
   std::unique_ptr<WeightStreamer> s(new WeightStreamer());
   s->plan_ = &plan;
+  s->mirror_ = mirror;
   s->views_ = views;
   s->lookahead_ = lookahead;
   s->order_.assign(plan.groups.size(), -1);
@@ -389,7 +392,8 @@ Result<std::unique_ptr<WeightStreamer>> WeightStreamer::create(const std::string
   // their own workers (more requests in flight, packing in parallel), each with its own read
   // buffer.
   const int workers = std::clamp(lookahead, 1, kMaxIoWorkers);
-  s->io_buf_bytes_ = round_up(span, kDirectAlign) + 2 * kDirectAlign;
+  s->io_buf_bytes_ = round_up(span, kDirectAlign) +
+                     (mirror != nullptr ? WeightsMirror::kReadSlack : 2 * kDirectAlign);
   for (int w = 0; w < workers; ++w) {
     s->io_bufs_.push_back(aligned_bytes(s->io_buf_bytes_, kDirectAlign));
     if (s->io_bufs_.back() == nullptr) {
@@ -416,6 +420,11 @@ WeightStreamer::~WeightStreamer() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    POWER_LOG_INFO(
+        "weights streamer: {} group reads, {} bytes from the artifact, {} from the mirror "
+        "({} mirror reads failed), {} read errors",
+        stats_.loads, stats_.bytes_read, stats_.mirror_bytes_read, stats_.mirror_fallbacks,
+        stats_.read_errors);
   }
   io_cv_.notify_all();
   for (std::thread& t : io_) t.join();
@@ -604,14 +613,29 @@ void WeightStreamer::io_loop(int worker) {
     Slot& slot = slots_[static_cast<size_t>(s)];
     const int group = slot.group;
     lk.unlock();
-    Status st = load(slot, group, worker);
+    bool from_mirror = false;
+    Status mirror_error;
+    Status st = load(slot, group, worker, &from_mirror, &mirror_error);
     lk.lock();
+    if (!mirror_error.ok()) {
+      // Warned the 1st, 2nd, 4th, 8th ... time: a damaged mirror fails every pass.
+      const uint64_t n = ++stats_.mirror_fallbacks;
+      if ((n & (n - 1)) == 0) {
+        POWER_LOG_WARN("weights mirror read failed ({} so far), read the artifact instead: {}", n,
+                       mirror_error.to_string());
+      }
+    }
     if (st.ok()) {
       slot.state = Slot::kReady;
       slot.error = Status();
       ++stats_.loads;
       const ResidencyGroup& g = plan_->groups[static_cast<size_t>(group)];
-      stats_.bytes_read += g.file_end - g.file_begin;
+      if (from_mirror) {
+        ++stats_.mirror_loads;
+        stats_.mirror_bytes_read += g.file_end - g.file_begin;
+      } else {
+        stats_.bytes_read += g.file_end - g.file_begin;
+      }
     } else {
       slot.state = Slot::kFailed;
       slot.error = std::move(st);
@@ -624,13 +648,24 @@ void WeightStreamer::io_loop(int worker) {
   }
 }
 
-Status WeightStreamer::load(Slot& s, int group, int worker) {
+Status WeightStreamer::load(Slot& s, int group, int worker, bool* from_mirror,
+                            Status* mirror_error) {
   const ResidencyGroup& g = plan_->groups[static_cast<size_t>(group)];
   const uint64_t begin = g.file_begin, end = g.file_end;
   uint8_t* buf = io_bufs_[static_cast<size_t>(worker)].get();
   uint64_t a0 = begin;  // file offset of buf[0]
   bool done = false;
-  if (direct_ok_) {
+  if (mirror_ != nullptr && mirror_->covers(begin, end)) {
+    Status ms = mirror_->read(begin, end, buf, io_buf_bytes_, &a0);
+    if (ms.ok()) {
+      done = true;
+      *from_mirror = true;
+    } else {
+      *mirror_error = std::move(ms);
+      a0 = begin;
+    }
+  }
+  if (!done && direct_ok_) {
     a0 = begin / kDirectAlign * kDirectAlign;
     const uint64_t a1 = round_up(end, kDirectAlign);
     uint64_t off = a0;

@@ -21,6 +21,8 @@
 // groups after it in pass order (cyclic: the next pass starts over). Requests for a group that
 // is loading or loaded are merged; a pass waits only for the group it needs. A read error or
 // a short read fails the op that needed the group (the next pass tries again).
+// With a partial mirror (device/weights_mirror.h), a group the mirror holds is read from it and
+// checked; a failed or mismatching mirror read is counted and the group read from the artifact.
 //
 // Tensor identity does not change: the bytes a streamed slot holds are the artifact's bytes of
 // that tensor, and the packed form is made by the same code as the resident one.
@@ -123,16 +125,25 @@ struct StreamStats {
   uint64_t prefetch_useful = 0;  // ... that a pass then used
   uint64_t prefetch_unused = 0;  // ... evicted unused
   uint64_t read_errors = 0;
-  bool direct_io = false;  // reads bypass the page cache (O_DIRECT)
+  uint64_t mirror_loads = 0;       // groups read from the mirror (device/weights_mirror.h)
+  uint64_t mirror_bytes_read = 0;  // ... and their bytes (not in bytes_read)
+  uint64_t mirror_fallbacks = 0;   // mirror reads that failed (error, short, checksum): read
+                                   // from the artifact instead
+  bool direct_io = false;          // reads bypass the page cache (O_DIRECT)
 };
+
+class WeightsMirror;
 
 class WeightStreamer {
  public:
   // `path`: the artifact. `views`: the mapping's view of each plan tensor. lookahead 0..4.
+  // `mirror` (optional, outlives the streamer): groups it holds are read from it, and from the
+  // artifact when that read fails.
   static Result<std::unique_ptr<WeightStreamer>> create(const std::string& path,
                                                         const ResidencyPlan& plan,
                                                         const std::vector<TensorView>& views,
-                                                        int lookahead, int slots = 0);
+                                                        int lookahead, int slots = 0,
+                                                        const WeightsMirror* mirror = nullptr);
   ~WeightStreamer();
   WeightStreamer(const WeightStreamer&) = delete;
   WeightStreamer& operator=(const WeightStreamer&) = delete;
@@ -178,8 +189,9 @@ class WeightStreamer {
   };
   WeightStreamer() = default;
   void io_loop(int worker);
-  // On I/O worker `worker` (its read buffer), without the lock.
-  Status load(Slot& s, int group, int worker);
+  // On I/O worker `worker` (its read buffer), without the lock. *from_mirror: the bytes came
+  // from the mirror; *mirror_error: why a mirror read failed (the artifact was read instead).
+  Status load(Slot& s, int group, int worker, bool* from_mirror, Status* mirror_error);
   int slot_of(int group) const;  // under mu_
   // Under mu_: a slot to load into, -1 when none is free. need_group >= 0: a pass needs it now
   // (may evict a group wanted later); -1: a read ahead (evicts only groups no pass wants).
@@ -187,6 +199,7 @@ class WeightStreamer {
   bool wanted(int group) const;  // under mu_: within some cursor's lookahead
 
   const ResidencyPlan* plan_ = nullptr;
+  const WeightsMirror* mirror_ = nullptr;
   std::vector<TensorView> views_;
   std::vector<int> order_;  // position of each plan group in the streamed order (-1: none)
   int fd_ = -1, direct_fd_ = -1;

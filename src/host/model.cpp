@@ -270,7 +270,20 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     total += t.resident_bytes;
   }
   uint64_t budget = o.weights_budget.resolve(total);
-  if (!o.weights_budget.set && o.weights_budget_fn) budget = o.weights_budget_fn(m, total);
+  if (file.mapping().is_secure_memory()) {
+    // Decrypted weights live in locked memory already, and the file on disk is ciphertext:
+    // there is nothing to stream from.
+    if (budget < total) {
+      return Status(StatusCode::kUnsupported,
+                    "the weights of an encrypted model are decrypted into memory and cannot be "
+                    "streamed: give a weights budget of at least the model's size, or auto")
+          .with("budget_bytes", budget)
+          .with("model_bytes", total);
+    }
+    budget = UINT64_MAX;
+  } else if (!o.weights_budget.set && o.weights_budget_fn) {
+    budget = o.weights_budget_fn(m, total);
+  }
   m.residency_ =
       std::make_unique<ResidencyPlan>(plan_residency(rts, budget, m.model_file_->sha256()));
   const ResidencyPlan& plan = *m.residency_;
@@ -282,9 +295,22 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     plan_index[key] = static_cast<int>(i);
     plan_views[i] = views[index.at(key)];
   }
+  if (plan.streams() && !o.mirror_dir.empty()) {
+    MirrorOptions mo;
+    mo.dir = o.mirror_dir;
+    mo.max_bytes = o.mirror_bytes;
+    // A mirror is a cache: when it cannot be made or read, the artifact serves (warned).
+    auto mirror = WeightsMirror::open_or_build(mo, file.path(), plan);
+    if (mirror.ok()) {
+      m.mirror_ = std::move(*mirror);
+    } else {
+      POWER_LOG_WARN("weights mirror not used, streaming from the artifact: {}",
+                     mirror.status().to_string());
+    }
+  }
   if (plan.streams()) {
-    POWER_ASSIGN_OR_RETURN(m.streamer_,
-                           WeightStreamer::create(file.path(), plan, plan_views, o.prefetch));
+    POWER_ASSIGN_OR_RETURN(m.streamer_, WeightStreamer::create(file.path(), plan, plan_views,
+                                                               o.prefetch, 0, m.mirror_.get()));
   }
   std::vector<TensorView> matrices;
   for (size_t i = 0; i < plan.tensors.size(); ++i) {

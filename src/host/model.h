@@ -31,6 +31,7 @@
 #include "device/kv_cache.h"
 #include "device/recurrent_state.h"
 #include "device/residency.h"
+#include "device/weights_mirror.h"
 #include "device/workspace.h"
 #include "format/gguf.h"
 #include "host/model_file.h"
@@ -65,6 +66,10 @@ struct LoadModelOptions {
   // UINT64_MAX keeps everything resident. Unset too: everything resident.
   std::function<uint64_t(const Model& m, uint64_t total)> weights_budget_fn;
   int prefetch = 2;
+  // Partial mirror (device/weights_mirror.h) in this directory, used when weights stream: built
+  // at the first such load of the artifact, holding at most mirror_bytes of it.
+  std::string mirror_dir;
+  uint64_t mirror_bytes = UINT64_MAX;
 };
 
 class Model {
@@ -115,6 +120,8 @@ class Model {
   // Where the weights live (every model has a plan; streamer() is null unless it streams).
   const ResidencyPlan& residency() const { return *residency_; }
   const WeightStreamer* streamer() const { return streamer_.get(); }
+  // The partial mirror the streamer reads (null when none was asked for or nothing streams).
+  const WeightsMirror* mirror() const { return mirror_.get(); }
   // Bytes the weights hold in memory: the mapping's resident part plus packed copies when
   // nothing streams, else the plan's pinned bytes plus the staging slots.
   uint64_t resident_weight_bytes() const;
@@ -149,7 +156,8 @@ class Model {
   std::vector<bool> declared_;
   RepackedWeights packs_;
   std::unique_ptr<ResidencyPlan> residency_;
-  std::unique_ptr<WeightStreamer> streamer_;           // after residency_: it reads the plan
+  std::unique_ptr<WeightsMirror> mirror_;
+  std::unique_ptr<WeightStreamer> streamer_;  // after residency_ and mirror_: it reads them
   std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
 };
 

@@ -106,6 +106,7 @@ struct ModelSlot {
   std::condition_variable cv;
   bool stopping = false;
   uint64_t steps = 0;
+  uint64_t step_tokens = 0;      // tokens those passes computed
   uint64_t preemptions = 0;      // running sequences sent back to the queue for higher priority
   uint64_t committed_bytes = 0;  // what this replica added to Runtime::committed_bytes_
   uint64_t next_id = 1;
@@ -318,6 +319,7 @@ void ModelSlot::run_worker() {
     Status st = runner->run_speculative(plan.items, next, accepted);
     lk.lock();
     ++steps;
+    for (const runtime::BatchItem& it : plan.items) step_tokens += it.tokens.size();
     for (const runtime::BatchItem& it : plan.items) {
       auto r = requests.find(it.id);
       if (it.wants_token && st.ok() && r != requests.end()) {
@@ -435,6 +437,7 @@ RuntimeStats ModelHandle::stats() const {
     s.prefix_cache_blocks += static_cast<int64_t>(slot->sched->prefix_cache().entries());
     s.prefix_state_checkpoints += slot->sched->prefix_cache().checkpoints();
     s.steps += slot->steps;
+    s.step_tokens += slot->step_tokens;
     s.preemptions += slot->preemptions;
     s.spec_drafted += slot->spec_totals.drafted;
     s.spec_accepted += slot->spec_totals.accepted;
@@ -453,6 +456,9 @@ RuntimeStats ModelHandle::stats() const {
     s.weights_prefetch_unused = w.prefetch_unused;
     s.weights_wait_ns = w.wait_ns;
     s.weights_read_errors = w.read_errors;
+    s.weights_mirror_loads = w.mirror_loads;
+    s.weights_mirror_bytes_read = w.mirror_bytes_read;
+    s.weights_mirror_fallbacks = w.mirror_fallbacks;
   }
   return s;
 }
@@ -715,6 +721,15 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   LoadModelOptions model_options;
   model_options.sha256 = model_file.sha256;
   model_options.prefetch = o.prefetch;
+  model_options.mirror_dir = o.mirror_dir;
+  if (!o.mirror_bytes.empty()) {
+    POWER_ASSIGN_OR_RETURN(WeightsBudget cap, parse_weights_budget(o.mirror_bytes));
+    if (cap.percent) {
+      return Status(StatusCode::kInvalidArgument, "mirror_bytes takes bytes, not a percentage")
+          .with("value", o.mirror_bytes);
+    }
+    model_options.mirror_bytes = cap.resolve(0);
+  }
   if (!o.weights_budget.empty() && o.weights_budget != "auto") {
     POWER_ASSIGN_OR_RETURN(model_options.weights_budget, parse_weights_budget(o.weights_budget));
   } else {
@@ -821,6 +836,10 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
       info.weights_streamed_bytes = plan.streamed_bytes;
       info.weights_staging_bytes =
           model->streamer() != nullptr ? model->streamer()->staging_bytes() : 0;
+      if (model->mirror() != nullptr) {
+        info.weights_mirror_dir = model->mirror()->dir();
+        info.weights_mirror_bytes = model->mirror()->data_bytes();
+      }
     }
     info.replicas = o.replicas;
     slot->receipt_model =

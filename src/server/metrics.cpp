@@ -235,6 +235,16 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
   per_model("power_weights_read_errors_total", "counter",
             "Failed reads of streamed weights (the pass failed), per model.",
             [](const G& m) { return m.stats.weights_read_errors; });
+  per_model("power_weights_mirror_bytes", "gauge",
+            "Bytes of the artifact the partial weights mirror holds, per model.",
+            [](const G& m) { return m.weights_mirror_bytes; });
+  per_model("power_weights_mirror_read_bytes_total", "counter",
+            "Bytes of streamed weights read from the partial mirror, per model.",
+            [](const G& m) { return m.stats.weights_mirror_bytes_read; });
+  per_model("power_weights_mirror_fallbacks_total", "counter",
+            "Mirror reads that failed (error, short read, checksum) and were served from the "
+            "artifact, per model.",
+            [](const G& m) { return m.stats.weights_mirror_fallbacks; });
   per_model("power_prefix_state_checkpoints", "gauge",
             "Recurrent-state checkpoints held by the prefix cache, per model.",
             [](const G& m) { return m.stats.prefix_state_checkpoints; });
@@ -242,6 +252,10 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
             [](const G& m) { return m.stats.reserved_bytes; });
   per_model("power_scheduler_steps_total", "counter", "Forward passes run, per model.",
             [](const G& m) { return m.stats.steps; });
+  per_model("power_forward_tokens_total", "counter",
+            "Tokens computed by forward passes (prompt, decode and draft tokens), per model; "
+            "power_weights_read_bytes_total over it is the bytes read per token.",
+            [](const G& m) { return m.stats.step_tokens; });
   per_model("power_preemptions_total", "counter",
             "Running requests preempted by higher-priority ones (they resume later), per model.",
             [](const G& m) { return m.stats.preemptions; });

@@ -60,6 +60,7 @@ class Metrics {
     int64_t state_slots_total = 0;
     // Weights residency (ModelInfo): bytes resident and streamed, staging slots.
     uint64_t weights_pinned_bytes = 0, weights_streamed_bytes = 0, weights_staging_bytes = 0;
+    uint64_t weights_mirror_bytes = 0;  // artifact bytes the partial mirror holds
   };
   struct EmbedGauges {
     std::string name;

@@ -155,6 +155,10 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(str(&o->load.weights_budget));
     } else if (key == "prefetch") {
       POWER_RETURN_IF_ERROR(integer(&o->load.prefetch, 0, 4));
+    } else if (key == "mirror_dir") {
+      POWER_RETURN_IF_ERROR(str(&o->load.mirror_dir));
+    } else if (key == "mirror_bytes") {
+      POWER_RETURN_IF_ERROR(str(&o->load.mirror_bytes));
     } else if (key == "store_home") {
       POWER_RETURN_IF_ERROR(str(&o->store_home));
     } else {

@@ -1079,7 +1079,7 @@ void Server::Impl::register_routes(httplib::Server& s) {
             info.recurrent_state_bytes > 0 ? int64_t{opts.load.max_running} * info.replicas : 0;
         gauges.push_back({m->id, m->handle.stats(), info.kv_block_tokens, slots,
                           info.weights_pinned_bytes, info.weights_streamed_bytes,
-                          info.weights_staging_bytes});
+                          info.weights_staging_bytes, info.weights_mirror_bytes});
       }
     }
     int active_generations = 0;
@@ -1111,17 +1111,32 @@ void Server::Impl::register_routes(httplib::Server& s) {
       // Weights residency (docs/RESIDENCY.md): the plan and what streaming has cost so far.
       const RuntimeStats stats = m->handle.stats();
       const bool streams = info.weights_streamed_bytes > 0;
-      entry["weights"] = json{{"plan_sha256", info.residency_digest},
-                              {"total_bytes", info.weights_total_bytes},
-                              {"pinned_bytes", info.weights_pinned_bytes},
-                              {"streamed_bytes", info.weights_streamed_bytes},
-                              {"staging_bytes", info.weights_staging_bytes},
-                              {"read_bytes", stats.weights_read_bytes},
-                              {"group_reads", stats.weights_loads},
-                              {"prefetch_used", stats.weights_prefetch_useful},
-                              {"prefetch_unused", stats.weights_prefetch_unused},
-                              {"io_wait_ms", static_cast<double>(stats.weights_wait_ns) / 1e6},
-                              {"read_errors", stats.weights_read_errors}};
+      entry["weights"] = json{
+          {"plan_sha256", info.residency_digest},
+          {"total_bytes", info.weights_total_bytes},
+          {"pinned_bytes", info.weights_pinned_bytes},
+          {"streamed_bytes", info.weights_streamed_bytes},
+          {"staging_bytes", info.weights_staging_bytes},
+          {"read_bytes", stats.weights_read_bytes},
+          {"group_reads", stats.weights_loads},
+          {"prefetch_used", stats.weights_prefetch_useful},
+          {"prefetch_unused", stats.weights_prefetch_unused},
+          {"io_wait_ms", static_cast<double>(stats.weights_wait_ns) / 1e6},
+          {"read_errors", stats.weights_read_errors},
+          // Artifact + mirror bytes per token the passes computed (a pass
+          // of n tokens reads the streamed weights once).
+          {"read_bytes_per_token",
+           stats.step_tokens == 0
+               ? 0.0
+               : static_cast<double>(stats.weights_read_bytes + stats.weights_mirror_bytes_read) /
+                     static_cast<double>(stats.step_tokens)},
+          {"mirror", info.weights_mirror_dir.empty()
+                         ? json(nullptr)
+                         : json{{"dir", info.weights_mirror_dir},
+                                {"bytes", info.weights_mirror_bytes},
+                                {"group_reads", stats.weights_mirror_loads},
+                                {"read_bytes", stats.weights_mirror_bytes_read},
+                                {"fallbacks", stats.weights_mirror_fallbacks}}}};
       entry.update(json{
           {"name", m->id},
           {"model", m->source},

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -132,6 +133,64 @@ TEST(CliResidency, LogitsOfAMatrixStreamedInRowPiecesAreBitIdentical) {
       }
     }
   }
+  testing::remove_tree(dir);
+}
+
+// `--mirror-dir` on `power logits`: the first run at 0 % builds DIR/sha256-<digest>/ (the digest
+// `power residency plan --json` reports), the logits equal the resident run's at 0 and 50 %
+// with and without read-ahead; a flipped byte in the mirror's data is reported on stderr and
+// the logits do not change.
+TEST(CliResidency, LogitsFromAMirrorAreBitIdenticalAndDamageIsServedFromTheArtifact) {
+  POWER_REQUIRE_SHARED();
+  const std::string dir = testing::make_temp_dir("power-residency-mirror");
+  const std::string model = dir + "/tiny.gguf";
+  auto s = run_power({"dev", "synth", "--shape", "tiny", "--type", "q8_0", "--vocab",
+                      testing::shared_dir() + "/fixtures/tokenizer/ggml-vocab-llama-spm.gguf", "-o",
+                      model});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const std::string ids = "1,450,4996,17354,1701,975,263,931,29892,727";
+  auto logits = [&](std::vector<std::string> extra) {
+    const std::string out = dir + "/logits.f32";
+    std::vector<std::string> args = {"logits", "-m", model, "--tokens", ids, "--out", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_power(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::make_pair(testing::read_file(out), r.err);
+  };
+  const std::string reference = logits({}).first;
+  ASSERT_EQ(reference.size(), 10u * 32000 * sizeof(float));
+  const std::string mirror = dir + "/mirror";
+  for (const char* budget : {"0%", "50%"}) {
+    for (const char* prefetch : {"0", "2"}) {
+      EXPECT_TRUE(
+          logits({"--weights-budget", budget, "--prefetch", prefetch, "--mirror-dir", mirror})
+              .first == reference)
+          << budget << " prefetch " << prefetch;
+    }
+  }
+  auto plan = run_power({"residency", "plan", "-m", model, "--budget", "0%", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const std::string digest = nlohmann::json::parse(plan.out)["artifact_sha256"];
+  const std::string entry = mirror + "/sha256-" + digest;
+  const auto index = nlohmann::json::parse(testing::read_file(entry + "/index.json"));
+  EXPECT_EQ(index["schema"], "power.weights-mirror/1");
+  EXPECT_EQ(index["artifact_sha256"], digest);
+  EXPECT_GT(index["data_bytes"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(index["tensors"].empty());
+  // Flip one byte in the middle of the data.
+  std::string data = testing::read_file(entry + "/data");
+  ASSERT_FALSE(data.empty());
+  data[data.size() / 2] = static_cast<char>(data[data.size() / 2] ^ 0x01);
+  std::filesystem::permissions(entry + "/data", std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);  // published read-only
+  {
+    std::ofstream f(entry + "/data", std::ios::binary | std::ios::trunc);
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  auto [bytes, err] = logits({"--weights-budget", "0%", "--mirror-dir", mirror});
+  EXPECT_TRUE(bytes == reference);
+  EXPECT_NE(err.find("weights mirror read failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
   testing::remove_tree(dir);
 }
 

@@ -14,8 +14,11 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/crc32c.h"
 #include "base/file.h"
+#include "base/sha256.h"
 #include "device/residency.h"
+#include "device/weights_mirror.h"
 #include "host/model.h"
 #include "test_util.h"
 
@@ -189,8 +192,10 @@ int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
+// `mirror_dir`: a partial mirror there (bound to the file's real digest).
 Result<std::unique_ptr<Model>> open_model(const std::string& path, const std::string& budget,
-                                          int prefetch) {
+                                          int prefetch, const std::string& mirror_dir = "",
+                                          uint64_t mirror_bytes = UINT64_MAX) {
   POWER_ASSIGN_OR_RETURN(auto f, GgufFile::open(path));
   LoadModelOptions o;
   if (!budget.empty()) {
@@ -198,6 +203,12 @@ Result<std::unique_ptr<Model>> open_model(const std::string& path, const std::st
   }
   o.prefetch = prefetch;
   o.sha256 = "00";
+  if (!mirror_dir.empty()) {
+    POWER_ASSIGN_OR_RETURN(Sha256Digest d, sha256_file(path));
+    o.sha256 = to_hex(d);
+    o.mirror_dir = mirror_dir;
+    o.mirror_bytes = mirror_bytes;
+  }
   return load_model(std::shared_ptr<const GgufFile>(std::move(f)), o);
 }
 
@@ -407,6 +418,236 @@ TEST(ResidencyModels, ReadErrorFailsThePassNotTheModel) {
   const PassResult got = run_model(**m, tokens);
   EXPECT_TRUE(same_bits(got.logits, ref.logits));
   EXPECT_EQ(got.greedy, ref.greedy);
+  testing::remove_tree(tmp);
+}
+
+// CRC-32C against its published check value and the table version on odd lengths.
+TEST(WeightsMirror, Crc32cMatchesTheCheckValue) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c_portable("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  std::vector<uint8_t> bytes(4099);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t n : {1u, 7u, 8u, 9u, 63u, 4099u}) {
+    EXPECT_EQ(crc32c(bytes.data(), n), crc32c_portable(bytes.data(), n)) << n;
+  }
+  // Continued over two parts equals one call.
+  EXPECT_EQ(crc32c(bytes.data() + 1000, 3099, crc32c(bytes.data(), 1000)),
+            crc32c(bytes.data(), bytes.size()));
+}
+
+// The artifact's bytes at [offset, offset + n).
+std::vector<uint8_t> artifact_bytes(const std::string& path, uint64_t offset, uint64_t n) {
+  std::vector<uint8_t> out(n);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  EXPECT_TRUE(fd.valid());
+  EXPECT_EQ(::pread(fd.get(), out.data(), n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+  return out;
+}
+
+// Mirrors at 50 % and 0 %, with and without read-ahead, on fixture models of four
+// architectures and three weight types: the first load builds it, later loads reuse it; the
+// streamer reads every streamed group from it and none from the artifact; the bits are those
+// of the resident model. The mirror's data is the artifact's bytes, and its per-tensor
+// manifest holds each tensor's SHA-256 as computed here from the file.
+TEST(ResidencyModels, MirrorsServeTheSameBitsAndHoldTheArtifactsBytes) {
+  POWER_REQUIRE_SHARED();
+  const std::string root = testing::shared_dir() + "/fixtures/models";
+  const std::string tmp = testing::make_temp_dir("power_mirror");
+  int checked = 0;
+  for (const char* rel : {"/llama/llama-Q8_0.gguf", "/qwen3/qwen3-Q4_K_M.gguf",
+                          "/phi3/phi3-Q4_K_M.gguf", "/mamba/mamba-F32.gguf"}) {
+    const std::string path = root + rel;
+    if (!std::filesystem::exists(path)) continue;
+    SCOPED_TRACE(path);
+    const auto tokens =
+        testing::read_ids(std::filesystem::path(path).parent_path().string() + "/tokens.txt");
+    auto ref_model = open_model(path, "", 2);
+    ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
+    const PassResult ref = run_model(**ref_model, tokens);
+    const std::string dir = tmp + "/mirror";
+    bool built = false;
+    for (const char* budget : {"0%", "50%"}) {
+      for (int prefetch : {0, 2}) {
+        SCOPED_TRACE(std::string(budget) + " prefetch " + std::to_string(prefetch));
+        auto m = open_model(path, budget, prefetch, dir);
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        const WeightsMirror* mirror = (*m)->mirror();
+        ASSERT_NE(mirror, nullptr);
+        EXPECT_EQ(mirror->built_now(), !built);  // built once (at 0 %: everything), then reused
+        built = true;
+        const PassResult got = run_model(**m, tokens);
+        EXPECT_TRUE(same_bits(got.logits, ref.logits));
+        EXPECT_EQ(got.greedy, ref.greedy);
+        const StreamStats s = (*m)->streamer()->stats();
+        EXPECT_GT(s.mirror_loads, 0u);
+        EXPECT_EQ(s.mirror_loads, s.loads);
+        EXPECT_GE(s.mirror_bytes_read, (*m)->residency().streamed_file_bytes);
+        EXPECT_EQ(s.bytes_read, 0u);
+        EXPECT_EQ(s.mirror_fallbacks, 0u);
+      }
+    }
+    auto m = open_model(path, "0%", 0, dir);
+    ASSERT_TRUE(m.ok());
+    const WeightsMirror& mirror = *(*m)->mirror();
+    ASSERT_FALSE(mirror.ranges().empty());
+    const auto data = read_file(mirror.dir() + "/data");
+    ASSERT_TRUE(data.ok());
+    for (const WeightsMirror::Range& r : mirror.ranges()) {
+      const auto want = artifact_bytes(path, r.begin, r.end - r.begin);
+      ASSERT_LE(r.data_offset + want.size(), data->size());
+      EXPECT_EQ(std::memcmp(data->data() + r.data_offset, want.data(), want.size()), 0);
+      EXPECT_EQ(r.sha256, to_hex(sha256(want.data(), want.size())));
+    }
+    const ResidencyPlan& plan = (*m)->residency();
+    ASSERT_EQ(mirror.tensors().size(), plan.tensors.size());
+    for (const WeightsMirror::TensorHash& t : mirror.tensors()) {
+      const auto want = artifact_bytes(path, t.offset, t.length);
+      EXPECT_EQ(t.sha256, to_hex(sha256(want.data(), want.size()))) << t.name;
+    }
+    ++checked;
+    testing::remove_tree(dir);
+  }
+  EXPECT_GE(checked, 3);
+  testing::remove_tree(tmp);
+}
+
+// One flipped byte in the mirror: the read that covers it fails its checksum, the group is
+// read from the artifact (counted), and the bits do not change. A mirror cut short: the same
+// through a short read.
+TEST(ResidencyModels, ACorruptMirrorIsDetectedAndServedFromTheArtifact) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/llama/llama-Q8_0.gguf";
+  const auto tokens =
+      testing::read_ids(testing::shared_dir() + "/fixtures/models/llama/tokens.txt");
+  const std::string tmp = testing::make_temp_dir("power_mirror");
+  auto ref_model = open_model(path, "", 2);
+  ASSERT_TRUE(ref_model.ok());
+  const PassResult ref = run_model(**ref_model, tokens);
+  std::string data_path;
+  uint64_t data_size = 0;
+  {
+    auto m = open_model(path, "0%", 2, tmp);
+    ASSERT_TRUE(m.ok());
+    ASSERT_NE((*m)->mirror(), nullptr);
+    data_path = (*m)->mirror()->dir() + "/data";
+    data_size = std::filesystem::file_size(data_path);
+  }
+  ::chmod(data_path.c_str(), 0644);
+  {
+    UniqueFd fd(::open(data_path.c_str(), O_RDWR | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    uint8_t b = 0;
+    ASSERT_EQ(::pread(fd.get(), &b, 1, static_cast<off_t>(data_size / 2)), 1);
+    b ^= 0x10;
+    ASSERT_EQ(::pwrite(fd.get(), &b, 1, static_cast<off_t>(data_size / 2)), 1);
+  }
+  {
+    auto m = open_model(path, "0%", 2, tmp);
+    ASSERT_TRUE(m.ok());
+    ASSERT_NE((*m)->mirror(), nullptr);
+    EXPECT_FALSE((*m)->mirror()->built_now());  // published mirrors are never rebuilt
+    const PassResult got = run_model(**m, tokens);
+    EXPECT_TRUE(same_bits(got.logits, ref.logits));
+    EXPECT_EQ(got.greedy, ref.greedy);
+    const StreamStats s = (*m)->streamer()->stats();
+    EXPECT_GE(s.mirror_fallbacks, 1u);  // every pass that reads that group
+    EXPECT_GT(s.bytes_read, 0u);
+    EXPECT_GT(s.mirror_loads, 0u);
+    EXPECT_EQ(s.read_errors, 0u);
+  }
+  ASSERT_EQ(::truncate(data_path.c_str(), static_cast<off_t>(data_size / 3)), 0);
+  {
+    auto m = open_model(path, "0%", 0, tmp);
+    ASSERT_TRUE(m.ok());
+    const PassResult got = run_model(**m, tokens);
+    EXPECT_TRUE(same_bits(got.logits, ref.logits));
+    EXPECT_EQ(got.greedy, ref.greedy);
+    const StreamStats s = (*m)->streamer()->stats();
+    EXPECT_GE(s.mirror_fallbacks, 1u);
+    EXPECT_EQ(s.read_errors, 0u);
+  }
+  testing::remove_tree(tmp);
+}
+
+// A byte cap: the mirror holds whole groups, the streamed ones first in pass order, no more
+// bytes than the cap; the groups it lacks come from the artifact; same bits. An index that
+// cannot be read leaves the model streaming from the artifact (warned), never rewritten.
+TEST(ResidencyModels, AMirrorCapKeepsTheFirstStreamedGroupsAndABadIndexIsLeftAlone) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/qwen3/qwen3-Q4_K_M.gguf";
+  const auto tokens =
+      testing::read_ids(testing::shared_dir() + "/fixtures/models/qwen3/tokens.txt");
+  const std::string tmp = testing::make_temp_dir("power_mirror");
+  auto ref_model = open_model(path, "", 2);
+  ASSERT_TRUE(ref_model.ok());
+  const PassResult ref = run_model(**ref_model, tokens);
+  auto probe = open_model(path, "0%", 0);
+  ASSERT_TRUE(probe.ok());
+  const ResidencyPlan& plan = (*probe)->residency();
+  ASSERT_GE(plan.streamed.size(), 3u);
+  auto span_of = [&](size_t i) {
+    const ResidencyGroup& g = plan.groups[static_cast<size_t>(plan.streamed[i])];
+    return g.file_end - g.file_begin;
+  };
+  const uint64_t cap = span_of(0) + span_of(1);
+  auto m = open_model(path, "0%", 1, tmp, cap);
+  ASSERT_TRUE(m.ok());
+  const WeightsMirror& mirror = *(*m)->mirror();
+  EXPECT_LE(mirror.data_bytes(), cap);
+  for (size_t i = 0; i < plan.streamed.size(); ++i) {
+    const ResidencyGroup& g = plan.groups[static_cast<size_t>(plan.streamed[i])];
+    EXPECT_EQ(mirror.covers(g.file_begin, g.file_end), i < 2) << g.name;
+  }
+  const PassResult got = run_model(**m, tokens);
+  EXPECT_TRUE(same_bits(got.logits, ref.logits));
+  EXPECT_EQ(got.greedy, ref.greedy);
+  const StreamStats s = (*m)->streamer()->stats();
+  EXPECT_GT(s.mirror_loads, 0u);
+  EXPECT_GT(s.bytes_read, 0u);
+  EXPECT_EQ(s.mirror_fallbacks, 0u);
+
+  const std::string index = mirror.dir() + "/index.json";
+  ASSERT_EQ(::chmod(index.c_str(), 0644), 0);
+  ASSERT_TRUE(write_file_atomic(index, std::string_view("{\"schema\": 7")).ok());
+  auto bad = open_model(path, "0%", 1, tmp, cap);
+  ASSERT_TRUE(bad.ok()) << bad.status().to_string();
+  EXPECT_EQ((*bad)->mirror(), nullptr);
+  const PassResult got2 = run_model(**bad, tokens);
+  EXPECT_TRUE(same_bits(got2.logits, ref.logits));
+  auto text = read_file_text(index);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "{\"schema\": 7");
+  testing::remove_tree(tmp);
+}
+
+// Two loads at once build one mirror: the directory lock lets one build while the other
+// waits and then reads the published index.
+TEST(ResidencyModels, ConcurrentLoadsBuildOneMirror) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/llama/llama-Q4_0.gguf";
+  const std::string tmp = testing::make_temp_dir("power_mirror");
+  std::vector<Result<std::unique_ptr<Model>>> got;
+  for (int i = 0; i < 3; ++i) got.emplace_back(Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = open_model(path, "25%", 1, tmp); });
+  }
+  for (auto& t : threads) t.join();
+  int built = 0;
+  for (auto& m : got) {
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_NE((*m)->mirror(), nullptr);
+    built += (*m)->mirror()->built_now() ? 1 : 0;
+    EXPECT_EQ((*m)->mirror()->data_bytes(), (*got[0])->mirror()->data_bytes());
+  }
+  EXPECT_EQ(built, 1);
+  size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator((*got[0])->mirror()->dir())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+    ++entries;
+  }
+  EXPECT_EQ(entries, 3u);  // .lock, data, index.json
   testing::remove_tree(tmp);
 }
 

@@ -114,6 +114,35 @@ TEST_F(EncryptedModelTest, SameOutputsIdentityAndReceiptsAsThePlainFile) {
   EXPECT_EQ(std::memcmp(la->data(), lb->data(), la->size() * sizeof(float)), 0);
 }
 
+// The container on disk is ciphertext: a weights budget below the model's size is refused
+// (nothing may be streamed from that file), auto keeps everything resident (the plaintext is in
+// locked memory already) and no mirror is built.
+TEST_F(EncryptedModelTest, AWeightsBudgetNeverStreamsFromTheContainer) {
+  POWER_REQUIRE_SHARED();
+  encrypt(64 * 1024);
+  auto rt = runtime();
+  LoadOptions eo = opts();
+  eo.model_key_file = key_file_;
+  eo.weights_budget = "0%";
+  auto refused = rt->load(container_, eo);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().to_string().find("encrypted"), std::string::npos);
+  eo.weights_budget = "auto";
+  eo.mirror_dir = dir_ + "/mirror";
+  auto enc = rt->load(container_, eo);
+  ASSERT_TRUE(enc.ok()) << enc.status().to_string();
+  EXPECT_EQ(enc->info().weights_streamed_bytes, 0u);
+  EXPECT_TRUE(enc->info().weights_mirror_dir.empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/mirror"));
+  auto plain = rt->load(stories_f32(), opts());
+  ASSERT_TRUE(plain.ok());
+  const Completion a = run(*rt, *plain, "Once upon a time");
+  const Completion b = run(*rt, *enc, "Once upon a time");
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(b.tokens, a.tokens);
+}
+
 TEST_F(EncryptedModelTest, NoPlaintextReachesAFileAndSecretsAreWiped) {
   POWER_REQUIRE_SHARED();
   encrypt(secure::kChunkBytesDefault);

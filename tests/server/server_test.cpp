@@ -435,6 +435,66 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
       << metrics;
 }
 
+// Config keys mirror_dir and mirror_bytes: the streamed weights are read from a partial mirror
+// built at load; the text is the resident server's, and /api/ps and /metrics report the
+// mirror's bytes and reads (none from the artifact, no fallbacks).
+TEST_F(ServerFixture, MirroredWeightsServeTheSameTextAndAreReported) {
+  POWER_REQUIRE_SHARED();
+  const json req = {
+      {"model", kModel}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
+  auto resident = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(resident.status, 200) << resident.body;
+  EXPECT_TRUE(json::parse(get(port_, "/api/ps").body)["models"][0]["weights"]["mirror"].is_null());
+  TearDown();
+  const std::string dir = testing::make_temp_dir("power-server-mirror");
+  ServerOptions o;
+  o.models = {stories("stories260K-F32.gguf")};
+  o.load.n_ctx = 512;
+  o.load.threads = 1;
+  ASSERT_TRUE(apply_config_json(json{{"weights_budget", "0%"},
+                                     {"prefetch", 1},
+                                     {"mirror_dir", dir},
+                                     {"mirror_bytes", "1G"}},
+                                &o)
+                  .ok());
+  start(std::move(o));
+  auto mirrored = post(port_, "/v1/completions", req.dump());
+  ASSERT_EQ(mirrored.status, 200) << mirrored.body;
+  EXPECT_EQ(json::parse(mirrored.body)["choices"][0]["text"],
+            json::parse(resident.body)["choices"][0]["text"]);
+  auto ps = json::parse(get(port_, "/api/ps").body)["models"][0];
+  const json& w = ps["weights"];
+  ASSERT_TRUE(w["mirror"].is_object()) << w.dump();
+  const json& mi = w["mirror"];
+  EXPECT_EQ(mi["dir"].get<std::string>().rfind(dir + "/sha256-", 0), 0u) << mi.dump();
+  EXPECT_GT(mi["bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(mi["group_reads"].get<uint64_t>(), 0u);
+  EXPECT_GE(mi["read_bytes"].get<uint64_t>(), w["streamed_bytes"].get<uint64_t>() / 2);
+  EXPECT_EQ(mi["fallbacks"], 0);
+  EXPECT_EQ(w["read_bytes"], 0);
+  const std::string metrics = get(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("power_weights_mirror_read_bytes_total{model=\"stories260K-F32\"} " +
+                         std::to_string(mi["read_bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("power_weights_mirror_bytes{model=\"stories260K-F32\"} " +
+                         std::to_string(mi["bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("power_weights_mirror_fallbacks_total{model=\"stories260K-F32\"} 0\n"),
+            std::string::npos);
+  // Bytes read per token: the mirror's bytes over the tokens the passes computed (the prompt and
+  // 23 decoded tokens at least).
+  const std::string key = "power_forward_tokens_total{model=\"stories260K-F32\"} ";
+  const size_t at = metrics.find(key);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const double tokens = std::stod(metrics.substr(at + key.size()));
+  EXPECT_GE(tokens, 24.0);
+  EXPECT_DOUBLE_EQ(w["read_bytes_per_token"].get<double>(),
+                   static_cast<double>(mi["read_bytes"].get<uint64_t>()) / tokens);
+  TearDown();
+  testing::remove_tree(dir);
+}
+
 // A client that disconnects mid-stream cancels its generation: the EOS token is banned so the
 // request would otherwise run to max_tokens.
 TEST_F(ServerFixture, DisconnectMidStreamCancels) {

@@ -1,0 +1,380 @@
+#include "device/weights_mirror.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "base/crc32c.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/sha256.h"
+
+namespace power {
+namespace {
+
+constexpr uint64_t kCopyChunk = 4ull << 20;  // bytes per pread/write while building
+constexpr uint64_t kDataAlign = 4096;        // each range starts on a page of `data`
+
+Status io_error(const char* what, const std::string& path, int err) {
+  return Status(StatusCode::kIo, what).with("path", path).with("error", std::strerror(err));
+}
+
+// Reads exactly n bytes at `off` (kCorrupt on a short read).
+Status pread_full(int fd, uint8_t* dst, uint64_t n, uint64_t off, const std::string& path) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return io_error("read failed", path, errno);
+    if (r == 0) {
+      return Status(StatusCode::kCorrupt, "short read (file truncated?)")
+          .with("path", path)
+          .with("offset", off + done)
+          .with("expected_end", off + n);
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status();
+}
+
+Status write_full(int fd, const uint8_t* src, uint64_t n, const std::string& path) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::write(fd, src + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return io_error("write failed", path, errno);
+    done += static_cast<uint64_t>(r);
+  }
+  return Status();
+}
+
+// Publishes tmp as `to` without replacing an existing `to` (link(2) fails with EEXIST).
+Status publish(const std::string& tmp, const std::string& to) {
+  if (::link(tmp.c_str(), to.c_str()) != 0) return io_error("cannot publish", to, errno);
+  ::unlink(tmp.c_str());
+  return fsync_directory(parent_directory(to));
+}
+
+nlohmann::json range_json(const WeightsMirror::Range& r) {
+  nlohmann::json crcs = nlohmann::json::array();
+  for (uint32_t c : r.crc32c) crcs.push_back(fmt::format("{:08x}", c));
+  return {{"offset", r.begin},
+          {"length", r.end - r.begin},
+          {"data_offset", r.data_offset},
+          {"sha256", r.sha256},
+          {"crc32c", std::move(crcs)}};
+}
+
+uint64_t chunks_of(uint64_t bytes) {
+  return (bytes + WeightsMirror::kChunk - 1) / WeightsMirror::kChunk;
+}
+
+// The ranges a mirror of `plan` holds under `cap` bytes: whole groups, the streamed ones in
+// pass order first (read every pass), then the pinned ones (read at load), each while it fits;
+// then sorted by offset and merged where they touch (so the cap counts only group bytes).
+std::vector<WeightsMirror::Range> choose_ranges(const ResidencyPlan& plan, uint64_t cap) {
+  std::vector<int> order(plan.streamed.begin(), plan.streamed.end());
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    if (std::find(plan.streamed.begin(), plan.streamed.end(), static_cast<int>(g)) ==
+        plan.streamed.end()) {
+      order.push_back(static_cast<int>(g));
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  uint64_t used = 0;
+  for (int g : order) {
+    const ResidencyGroup& grp = plan.groups[static_cast<size_t>(g)];
+    const uint64_t n = grp.file_end - grp.file_begin;
+    if (n == 0 || n > cap - used) continue;
+    used += n;
+    spans.emplace_back(grp.file_begin, grp.file_end);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::vector<WeightsMirror::Range> ranges;
+  for (const auto& [b, e] : spans) {
+    if (!ranges.empty() && b <= ranges.back().end) {
+      ranges.back().end = std::max(ranges.back().end, e);
+    } else {
+      WeightsMirror::Range r;
+      r.begin = b;
+      r.end = e;
+      ranges.push_back(r);
+    }
+  }
+  return ranges;
+}
+
+}  // namespace
+
+WeightsMirror::~WeightsMirror() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
+    const MirrorOptions& o, const std::string& artifact_path, const ResidencyPlan& plan) {
+  if (plan.artifact_sha256.size() != 64) {
+    return Status(StatusCode::kInvalidArgument, "a weights mirror needs the artifact's SHA-256");
+  }
+  std::unique_ptr<WeightsMirror> m(new WeightsMirror());
+  m->artifact_sha256_ = plan.artifact_sha256;
+  m->dir_ = o.dir + "/sha256-" + plan.artifact_sha256;
+  std::error_code ec;
+  std::filesystem::create_directories(m->dir_, ec);
+  if (ec) {
+    return Status(StatusCode::kIo, "cannot create the weights mirror directory")
+        .with("path", m->dir_)
+        .with("error", ec.message());
+  }
+  struct stat ast {};
+  if (::stat(artifact_path.c_str(), &ast) != 0) {
+    return io_error("cannot stat the artifact", artifact_path, errno);
+  }
+  const auto artifact_bytes = static_cast<uint64_t>(ast.st_size);
+  POWER_ASSIGN_OR_RETURN(FileLock lock, FileLock::acquire(m->dir_ + "/.lock"));
+  const std::string index_path = m->dir_ + "/index.json";
+  const std::string data_path = m->dir_ + "/data";
+
+  if (::access(index_path.c_str(), F_OK) == 0) {
+    auto bad = [&](const char* why) {
+      return Status(StatusCode::kCorrupt, "the weights mirror's index is not usable")
+          .with("path", index_path)
+          .with("reason", why)
+          .with("fix", "remove the directory; the next load rebuilds it");
+    };
+    POWER_ASSIGN_OR_RETURN(std::string text, read_file_text(index_path));
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return bad("not JSON");
+    try {
+      if (j.at("schema").get<std::string>() != kSchema) return bad("unknown schema");
+      if (j.at("artifact_sha256").get<std::string>() != plan.artifact_sha256) {
+        return bad("made for another artifact");
+      }
+      if (j.at("artifact_bytes").get<uint64_t>() != artifact_bytes) return bad("artifact size");
+      for (const auto& jr : j.at("ranges")) {
+        Range r;
+        r.begin = jr.at("offset").get<uint64_t>();
+        r.end = r.begin + jr.at("length").get<uint64_t>();
+        r.data_offset = jr.at("data_offset").get<uint64_t>();
+        r.sha256 = jr.at("sha256").get<std::string>();
+        for (const auto& c : jr.at("crc32c")) {
+          r.crc32c.push_back(static_cast<uint32_t>(std::stoul(c.get<std::string>(), nullptr, 16)));
+        }
+        if (r.end < r.begin || r.end > artifact_bytes ||
+            r.crc32c.size() != chunks_of(r.end - r.begin) ||
+            (!m->ranges_.empty() && r.begin < m->ranges_.back().end)) {
+          return bad("a range is malformed");
+        }
+        m->data_bytes_ += r.end - r.begin;
+        m->ranges_.push_back(std::move(r));
+      }
+      for (const auto& jt : j.at("tensors")) {
+        TensorHash t;
+        t.name = jt.at("name").get<std::string>();
+        t.type = jt.at("type").get<std::string>();
+        t.shape = jt.at("shape").get<std::vector<int64_t>>();
+        t.offset = jt.at("offset").get<uint64_t>();
+        t.length = jt.at("length").get<uint64_t>();
+        t.sha256 = jt.at("sha256").get<std::string>();
+        m->tensors_.push_back(std::move(t));
+      }
+    } catch (const std::exception&) {
+      return bad("missing or mistyped fields");
+    }
+    m->fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (m->fd_ < 0) return io_error("cannot open the weights mirror's data", data_path, errno);
+    return m;
+  }
+
+  // Build. A `data` without an index is a build that did not finish (we hold the lock).
+  ::unlink(data_path.c_str());
+  uint64_t cap = o.max_bytes;
+  struct statvfs fs {};
+  if (::statvfs(m->dir_.c_str(), &fs) == 0) {
+    const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    cap = std::min(cap, avail > o.reserve_bytes ? avail - o.reserve_bytes : 0);
+  }
+  m->ranges_ = choose_ranges(plan, cap);
+  UniqueFd in(::open(artifact_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return io_error("cannot open the artifact", artifact_path, errno);
+  std::vector<uint8_t> buf(kCopyChunk);
+  // The per-tensor hash manifest of the whole artifact.
+  for (const ResidencyTensor& t : plan.tensors) {
+    Sha256 h;
+    for (uint64_t off = 0; off < t.file_bytes; off += kCopyChunk) {
+      const uint64_t n = std::min(kCopyChunk, t.file_bytes - off);
+      POWER_RETURN_IF_ERROR(
+          pread_full(in.get(), buf.data(), n, t.file_offset + off, artifact_path));
+      h.update(buf.data(), n);
+    }
+    TensorHash th;
+    th.name = t.name;
+    th.type = std::string(ggml_type_name(t.type));
+    th.shape = t.shape;
+    th.offset = t.file_offset;
+    th.length = t.file_bytes;
+    th.sha256 = to_hex(h.finish());
+    m->tensors_.push_back(std::move(th));
+  }
+  // The ranges into a temporary file, hashed on the way.
+  const std::string tmp = fmt::format("{}/data.tmp-{}", m->dir_, ::getpid());
+  UniqueFd out(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!out.valid()) return io_error("cannot create the weights mirror", tmp, errno);
+  auto fail = [&](Status st) {
+    ::unlink(tmp.c_str());
+    return st;
+  };
+  uint64_t at = 0;
+  static const uint8_t kZeros[kDataAlign] = {};
+  for (Range& r : m->ranges_) {
+    const uint64_t pad = (kDataAlign - at % kDataAlign) % kDataAlign;
+    if (Status st = write_full(out.get(), kZeros, pad, tmp); !st.ok()) return fail(st);
+    at += pad;
+    r.data_offset = at;
+    Sha256 h;
+    uint32_t crc = 0;
+    uint64_t in_chunk = 0;
+    for (uint64_t off = r.begin; off < r.end;) {
+      const uint64_t n = std::min(kCopyChunk, r.end - off);
+      if (Status st = pread_full(in.get(), buf.data(), n, off, artifact_path); !st.ok()) {
+        return fail(st);
+      }
+      h.update(buf.data(), n);
+      for (uint64_t p = 0; p < n;) {
+        const uint64_t k = std::min(kChunk - in_chunk, n - p);
+        crc = crc32c(buf.data() + p, k, crc);
+        in_chunk += k;
+        p += k;
+        if (in_chunk == kChunk) {
+          r.crc32c.push_back(crc);
+          crc = 0;
+          in_chunk = 0;
+        }
+      }
+      if (Status st = write_full(out.get(), buf.data(), n, tmp); !st.ok()) return fail(st);
+      ::posix_fadvise(in.get(), static_cast<off_t>(off), static_cast<off_t>(n),
+                      POSIX_FADV_DONTNEED);
+      off += n;
+    }
+    if (in_chunk > 0) r.crc32c.push_back(crc);
+    r.sha256 = to_hex(h.finish());
+    at += r.end - r.begin;
+    m->data_bytes_ += r.end - r.begin;
+  }
+  if (::fchmod(out.get(), 0444) != 0 || ::fsync(out.get()) != 0) {
+    return fail(io_error("fsync failed", tmp, errno));
+  }
+  // Read back what the disk holds (the cached pages dropped first) and re-hash it.
+  ::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
+  for (const Range& r : m->ranges_) {
+    Sha256 h;
+    for (uint64_t off = 0; off < r.end - r.begin; off += kCopyChunk) {
+      const uint64_t n = std::min(kCopyChunk, r.end - r.begin - off);
+      if (Status st = pread_full(out.get(), buf.data(), n, r.data_offset + off, tmp); !st.ok()) {
+        return fail(st);
+      }
+      h.update(buf.data(), n);
+    }
+    if (to_hex(h.finish()) != r.sha256) {
+      return fail(Status(StatusCode::kCorrupt,
+                         "the weights mirror read back differs from the "
+                         "artifact (disk or memory error?)")
+                      .with("path", tmp)
+                      .with("offset", r.begin));
+    }
+  }
+  ::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
+  out.reset();
+  if (Status st = publish(tmp, data_path); !st.ok()) return fail(st);
+
+  nlohmann::json j;
+  j["schema"] = kSchema;
+  j["artifact_sha256"] = plan.artifact_sha256;
+  j["artifact_bytes"] = artifact_bytes;
+  j["chunk_bytes"] = kChunk;
+  j["data_bytes"] = m->data_bytes_;
+  nlohmann::json rs = nlohmann::json::array();
+  for (const Range& r : m->ranges_) rs.push_back(range_json(r));
+  j["ranges"] = std::move(rs);
+  nlohmann::json ts = nlohmann::json::array();
+  for (const TensorHash& t : m->tensors_) {
+    ts.push_back({{"name", t.name},
+                  {"type", t.type},
+                  {"shape", t.shape},
+                  {"offset", t.offset},
+                  {"length", t.length},
+                  {"sha256", t.sha256}});
+  }
+  j["tensors"] = std::move(ts);
+  const std::string index_tmp = fmt::format("{}/index.json.tmp-{}", m->dir_, ::getpid());
+  {
+    const std::string text = j.dump(1);
+    UniqueFd f(::open(index_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!f.valid()) return io_error("cannot write the weights mirror's index", index_tmp, errno);
+    Status st =
+        write_full(f.get(), reinterpret_cast<const uint8_t*>(text.data()), text.size(), index_tmp);
+    if (st.ok() && (::fchmod(f.get(), 0444) != 0 || ::fsync(f.get()) != 0)) {
+      st = io_error("fsync failed", index_tmp, errno);
+    }
+    if (st.ok()) st = publish(index_tmp, index_path);
+    if (!st.ok()) {
+      ::unlink(index_tmp.c_str());
+      return st;
+    }
+  }
+  m->fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (m->fd_ < 0) return io_error("cannot open the weights mirror's data", data_path, errno);
+  m->built_now_ = true;
+  POWER_LOG_INFO("weights mirror {}: {} bytes in {} ranges, {} tensors hashed", m->dir_,
+                 m->data_bytes_, m->ranges_.size(), m->tensors_.size());
+  return m;
+}
+
+bool WeightsMirror::covers(uint64_t begin, uint64_t end) const {
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), begin,
+                             [](uint64_t v, const Range& r) { return v < r.begin; });
+  if (it == ranges_.begin()) return false;
+  --it;
+  return begin >= it->begin && end <= it->end;
+}
+
+Status WeightsMirror::read(uint64_t begin, uint64_t end, uint8_t* buf, uint64_t buf_bytes,
+                           uint64_t* buf_offset) const {
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), begin,
+                             [](uint64_t v, const Range& r) { return v < r.begin; });
+  if (it == ranges_.begin() || end > std::prev(it)->end) {
+    return Status(StatusCode::kNotFound, "the weights mirror does not hold these bytes");
+  }
+  const Range& r = *std::prev(it);
+  const uint64_t k0 = (begin - r.begin) / kChunk;
+  const uint64_t k1 = chunks_of(end - r.begin);
+  const uint64_t a0 = r.begin + k0 * kChunk;
+  const uint64_t a1 = std::min(r.begin + k1 * kChunk, r.end);
+  if (a1 - a0 > buf_bytes) return Status(StatusCode::kInternal, "mirror read buffer too small");
+  const uint64_t data_at = r.data_offset + (a0 - r.begin);
+  const std::string path = dir_ + "/data";
+  POWER_RETURN_IF_ERROR(pread_full(fd_, buf, a1 - a0, data_at, path));
+  ::posix_fadvise(fd_, static_cast<off_t>(data_at), static_cast<off_t>(a1 - a0),
+                  POSIX_FADV_DONTNEED);
+  for (uint64_t k = k0; k < k1; ++k) {
+    const uint64_t c0 = r.begin + k * kChunk;
+    const uint64_t c1 = std::min(c0 + kChunk, r.end);
+    if (crc32c(buf + (c0 - a0), c1 - c0) != r.crc32c[k]) {
+      return Status(StatusCode::kCorrupt, "weights mirror checksum mismatch")
+          .with("path", path)
+          .with("artifact_offset", c0)
+          .with("chunk_bytes", c1 - c0);
+    }
+  }
+  *buf_offset = a0;
+  return Status();
+}
+
+}  // namespace power
