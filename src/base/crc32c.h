@@ -12,6 +12,10 @@ namespace power {
 
 // Continues `crc` (0 to start) over `size` bytes.
 uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
+// Three independent CRCs (from 0) of three n-byte blocks at once: the crc32 instruction has a
+// latency of about three cycles and a throughput of one, so three chains run at about three
+// times the speed of one. out[i] == crc32c(blocks[i], n).
+void crc32c_x3(const uint8_t* const blocks[3], size_t n, uint32_t out[3]);
 // The table version (tests compare the two).
 uint32_t crc32c_portable(const void* data, size_t size, uint32_t crc = 0);
 

@@ -431,6 +431,13 @@ TEST(WeightsMirror, Crc32cMatchesTheCheckValue) {
   for (size_t n : {1u, 7u, 8u, 9u, 63u, 4099u}) {
     EXPECT_EQ(crc32c(bytes.data(), n), crc32c_portable(bytes.data(), n)) << n;
   }
+  // Three chains at once equal three single calls.
+  const uint8_t* blocks[3] = {bytes.data(), bytes.data() + 1, bytes.data() + 2};
+  for (size_t n : {0u, 5u, 8u, 4000u, 4097u}) {
+    uint32_t got[3];
+    crc32c_x3(blocks, n, got);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], crc32c_portable(blocks[i], n)) << n << " " << i;
+  }
   // Continued over two parts equals one call.
   EXPECT_EQ(crc32c(bytes.data() + 1000, 3099, crc32c(bytes.data(), 1000)),
             crc32c(bytes.data(), bytes.size()));
