@@ -40,6 +40,8 @@ int advice_of(AccessHint hint) {
   return MADV_NORMAL;
 }
 
+}  // namespace
+
 Status write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
@@ -53,7 +55,22 @@ Status write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
   return Status();
 }
 
-}  // namespace
+Status pread_all(int fd, uint8_t* dst, uint64_t n, uint64_t offset, const std::string& path) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno_status("read failed", path, errno);
+    if (r == 0) {
+      return Status(StatusCode::kCorrupt, "short read (file truncated?)")
+          .with("path", path)
+          .with("offset", offset + done)
+          .with("expected_end", offset + n);
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status();
+}
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -191,6 +208,28 @@ Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes
   if (st.ok() && ::fsync(fd.get()) != 0) st = errno_status("fsync failed", tmp, errno);
   fd.reset();
   if (st.ok()) st = rename_durable(tmp, path);
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+Status link_durable(const std::string& from, const std::string& to) {
+  if (::link(from.c_str(), to.c_str()) != 0) return errno_status("cannot publish", to, errno);
+  ::unlink(from.c_str());
+  return fsync_directory(parent_directory(to));
+}
+
+Status write_file_exclusive(const std::string& path, std::span<const uint8_t> bytes, mode_t mode) {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  std::string tmp = fmt::format("{}.tmp-{}-{}-{:x}", path, ::getpid(), counter.fetch_add(1), rd());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.valid()) return errno_status("cannot create temporary file", tmp, errno);
+  Status st = write_all(fd.get(), bytes.data(), bytes.size(), tmp);
+  if (st.ok() && (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0)) {
+    st = errno_status("fsync failed", tmp, errno);
+  }
+  fd.reset();
+  if (st.ok()) st = link_durable(tmp, path);
   if (!st.ok()) ::unlink(tmp.c_str());
   return st;
 }

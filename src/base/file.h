@@ -10,6 +10,8 @@
 // Thread-safety: objects are used by one thread at a time.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -102,6 +104,18 @@ inline Status write_file_atomic(const std::string& path, std::string_view text) 
   return write_file_atomic(
       path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
+
+// Writes all n bytes at the file position (retrying short writes and EINTR).
+Status write_all(int fd, const uint8_t* p, size_t n, const std::string& path);
+// Reads exactly n bytes at `offset`: kCorrupt on a short read (the file ends first), kIo on an
+// error.
+Status pread_all(int fd, uint8_t* dst, uint64_t n, uint64_t offset, const std::string& path);
+// Publishes `from` as `to` without ever replacing a file (link(2): kIo/EEXIST when `to`
+// exists), removes the name `from` and fsyncs the directory.
+Status link_durable(const std::string& from, const std::string& to);
+// As write_file_atomic, but never replaces: fails when `path` exists. The file gets `mode`.
+Status write_file_exclusive(const std::string& path, std::span<const uint8_t> bytes,
+                            mode_t mode = 0644);
 
 // fsync of a directory, so that a rename or create inside it survives a crash.
 Status fsync_directory(const std::string& dir);

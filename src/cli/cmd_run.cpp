@@ -289,14 +289,9 @@ void run_logits(const LogitsOptions& lo) {
   }
   if (!lo.mirror_dir.empty()) {  // a mirror is bound to the artifact's digest
     options.mirror_dir = lo.mirror_dir;
-    if (!lo.mirror_bytes.empty()) {
-      auto cap = parse_weights_budget(lo.mirror_bytes);
-      if (!cap.ok()) return report_error(cap.status());
-      if (cap->percent) {
-        return report_error(Status(StatusCode::kInvalidArgument, "--mirror-bytes takes bytes"));
-      }
-      options.mirror_bytes = cap->resolve(0);
-    }
+    auto cap = parse_mirror_bytes(lo.mirror_bytes);
+    if (!cap.ok()) return report_error(cap.status());
+    options.mirror_bytes = *cap;
     auto digest = sha256_file(*resolved);
     if (!digest.ok()) return report_error(digest.status());
     options.sha256 = to_hex(*digest);

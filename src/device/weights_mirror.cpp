@@ -27,42 +27,6 @@ Status io_error(const char* what, const std::string& path, int err) {
   return Status(StatusCode::kIo, what).with("path", path).with("error", std::strerror(err));
 }
 
-// Reads exactly n bytes at `off` (kCorrupt on a short read).
-Status pread_full(int fd, uint8_t* dst, uint64_t n, uint64_t off, const std::string& path) {
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(off + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return io_error("read failed", path, errno);
-    if (r == 0) {
-      return Status(StatusCode::kCorrupt, "short read (file truncated?)")
-          .with("path", path)
-          .with("offset", off + done)
-          .with("expected_end", off + n);
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return Status();
-}
-
-Status write_full(int fd, const uint8_t* src, uint64_t n, const std::string& path) {
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::write(fd, src + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return io_error("write failed", path, errno);
-    done += static_cast<uint64_t>(r);
-  }
-  return Status();
-}
-
-// Publishes tmp as `to` without replacing an existing `to` (link(2) fails with EEXIST).
-Status publish(const std::string& tmp, const std::string& to) {
-  if (::link(tmp.c_str(), to.c_str()) != 0) return io_error("cannot publish", to, errno);
-  ::unlink(tmp.c_str());
-  return fsync_directory(parent_directory(to));
-}
-
 nlohmann::json range_json(const WeightsMirror::Range& r) {
   nlohmann::json crcs = nlohmann::json::array();
   for (uint32_t c : r.crc32c) crcs.push_back(fmt::format("{:08x}", c));
@@ -113,6 +77,16 @@ std::vector<WeightsMirror::Range> choose_ranges(const ResidencyPlan& plan, uint6
 }
 
 }  // namespace
+
+Result<uint64_t> parse_mirror_bytes(std::string_view text) {
+  if (text.empty()) return UINT64_MAX;
+  POWER_ASSIGN_OR_RETURN(WeightsBudget cap, parse_weights_budget(text));
+  if (cap.percent) {
+    return Status(StatusCode::kInvalidArgument, "a mirror's byte cap takes bytes, not a percentage")
+        .with("value", std::string(text));
+  }
+  return cap.resolve(0);
+}
 
 WeightsMirror::~WeightsMirror() {
   if (fd_ >= 0) ::close(fd_);
@@ -210,8 +184,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
     Sha256 h;
     for (uint64_t off = 0; off < t.file_bytes; off += kCopyChunk) {
       const uint64_t n = std::min(kCopyChunk, t.file_bytes - off);
-      POWER_RETURN_IF_ERROR(
-          pread_full(in.get(), buf.data(), n, t.file_offset + off, artifact_path));
+      POWER_RETURN_IF_ERROR(pread_all(in.get(), buf.data(), n, t.file_offset + off, artifact_path));
       h.update(buf.data(), n);
     }
     TensorHash th;
@@ -235,7 +208,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
   static const uint8_t kZeros[kDataAlign] = {};
   for (Range& r : m->ranges_) {
     const uint64_t pad = (kDataAlign - at % kDataAlign) % kDataAlign;
-    if (Status st = write_full(out.get(), kZeros, pad, tmp); !st.ok()) return fail(st);
+    if (Status st = write_all(out.get(), kZeros, pad, tmp); !st.ok()) return fail(st);
     at += pad;
     r.data_offset = at;
     Sha256 h;
@@ -243,7 +216,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
     uint64_t in_chunk = 0;
     for (uint64_t off = r.begin; off < r.end;) {
       const uint64_t n = std::min(kCopyChunk, r.end - off);
-      if (Status st = pread_full(in.get(), buf.data(), n, off, artifact_path); !st.ok()) {
+      if (Status st = pread_all(in.get(), buf.data(), n, off, artifact_path); !st.ok()) {
         return fail(st);
       }
       h.update(buf.data(), n);
@@ -258,7 +231,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
           in_chunk = 0;
         }
       }
-      if (Status st = write_full(out.get(), buf.data(), n, tmp); !st.ok()) return fail(st);
+      if (Status st = write_all(out.get(), buf.data(), n, tmp); !st.ok()) return fail(st);
       ::posix_fadvise(in.get(), static_cast<off_t>(off), static_cast<off_t>(n),
                       POSIX_FADV_DONTNEED);
       off += n;
@@ -277,7 +250,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
     Sha256 h;
     for (uint64_t off = 0; off < r.end - r.begin; off += kCopyChunk) {
       const uint64_t n = std::min(kCopyChunk, r.end - r.begin - off);
-      if (Status st = pread_full(out.get(), buf.data(), n, r.data_offset + off, tmp); !st.ok()) {
+      if (Status st = pread_all(out.get(), buf.data(), n, r.data_offset + off, tmp); !st.ok()) {
         return fail(st);
       }
       h.update(buf.data(), n);
@@ -292,7 +265,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
   }
   ::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
   out.reset();
-  if (Status st = publish(tmp, data_path); !st.ok()) return fail(st);
+  if (Status st = link_durable(tmp, data_path); !st.ok()) return fail(st);
 
   nlohmann::json j;
   j["schema"] = kSchema;
@@ -313,22 +286,12 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
                   {"sha256", t.sha256}});
   }
   j["tensors"] = std::move(ts);
-  const std::string index_tmp = fmt::format("{}/index.json.tmp-{}", m->dir_, ::getpid());
-  {
-    const std::string text = j.dump(1);
-    UniqueFd f(::open(index_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!f.valid()) return io_error("cannot write the weights mirror's index", index_tmp, errno);
-    Status st =
-        write_full(f.get(), reinterpret_cast<const uint8_t*>(text.data()), text.size(), index_tmp);
-    if (st.ok() && (::fchmod(f.get(), 0444) != 0 || ::fsync(f.get()) != 0)) {
-      st = io_error("fsync failed", index_tmp, errno);
-    }
-    if (st.ok()) st = publish(index_tmp, index_path);
-    if (!st.ok()) {
-      ::unlink(index_tmp.c_str());
-      return st;
-    }
-  }
+  const std::string index_text = j.dump(1);
+  POWER_RETURN_IF_ERROR(write_file_exclusive(  // published last: the commit point
+      index_path,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(index_text.data()),
+                               index_text.size()),
+      0444));
   m->fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (m->fd_ < 0) return io_error("cannot open the weights mirror's data", data_path, errno);
   m->built_now_ = true;
@@ -360,7 +323,7 @@ Status WeightsMirror::read(uint64_t begin, uint64_t end, uint8_t* buf, uint64_t 
   if (a1 - a0 > buf_bytes) return Status(StatusCode::kInternal, "mirror read buffer too small");
   const uint64_t data_at = r.data_offset + (a0 - r.begin);
   const std::string path = dir_ + "/data";
-  POWER_RETURN_IF_ERROR(pread_full(fd_, buf, a1 - a0, data_at, path));
+  POWER_RETURN_IF_ERROR(pread_all(fd_, buf, a1 - a0, data_at, path));
   ::posix_fadvise(fd_, static_cast<off_t>(data_at), static_cast<off_t>(a1 - a0),
                   POSIX_FADV_DONTNEED);
   auto mismatch = [&](uint64_t k) {

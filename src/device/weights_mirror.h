@@ -37,6 +37,10 @@ struct MirrorOptions {
   uint64_t reserve_bytes = 1ull << 30;  // free space the filesystem keeps beyond the mirror
 };
 
+// A mirror's byte cap as a user gives it ("20G", "1.5GiB", "123456"; the units of a weights
+// budget, device/residency.h, but no percentage); "" is no cap (UINT64_MAX).
+Result<uint64_t> parse_mirror_bytes(std::string_view text);
+
 class WeightsMirror {
  public:
   static constexpr std::string_view kSchema = "power.weights-mirror/1";

@@ -722,14 +722,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   model_options.sha256 = model_file.sha256;
   model_options.prefetch = o.prefetch;
   model_options.mirror_dir = o.mirror_dir;
-  if (!o.mirror_bytes.empty()) {
-    POWER_ASSIGN_OR_RETURN(WeightsBudget cap, parse_weights_budget(o.mirror_bytes));
-    if (cap.percent) {
-      return Status(StatusCode::kInvalidArgument, "mirror_bytes takes bytes, not a percentage")
-          .with("value", o.mirror_bytes);
-    }
-    model_options.mirror_bytes = cap.resolve(0);
-  }
+  POWER_ASSIGN_OR_RETURN(model_options.mirror_bytes, parse_mirror_bytes(o.mirror_bytes));
   if (!o.weights_budget.empty() && o.weights_budget != "auto") {
     POWER_ASSIGN_OR_RETURN(model_options.weights_budget, parse_weights_budget(o.weights_budget));
   } else {

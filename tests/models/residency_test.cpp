@@ -443,6 +443,17 @@ TEST(WeightsMirror, Crc32cMatchesTheCheckValue) {
             crc32c(bytes.data(), bytes.size()));
 }
 
+// A mirror's cap takes a budget's byte units (1.5 x 2^30 for 1.5GiB), no percentage.
+TEST(WeightsMirror, ByteCapStrings) {
+  EXPECT_EQ(*parse_mirror_bytes(""), UINT64_MAX);
+  EXPECT_EQ(*parse_mirror_bytes("1.5GiB"), 1610612736u);
+  EXPECT_EQ(*parse_mirror_bytes("20G"), 20000000000u);
+  auto pct = parse_mirror_bytes("50%");
+  ASSERT_FALSE(pct.ok());
+  EXPECT_EQ(pct.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(parse_mirror_bytes("lots").ok());
+}
+
 // The artifact's bytes at [offset, offset + n).
 std::vector<uint8_t> artifact_bytes(const std::string& path, uint64_t offset, uint64_t n) {
   std::vector<uint8_t> out(n);
