@@ -147,6 +147,21 @@ json expect_error(const HttpResponse& r, int status) {
   return e;
 }
 
+// The first model's /api/ps entry once its streamed weights have stopped being read. A request's
+// last pass asks for the next pass's first groups ahead (prefetch), and those reads finish after
+// the response; /api/ps and /metrics read after them agree.
+json settled_ps(int port) {
+  json prev = json::parse(get(port, "/api/ps").body)["models"][0];
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    json cur = json::parse(get(port, "/api/ps").body)["models"][0];
+    if (cur["weights"] == prev["weights"]) return cur;
+    prev = std::move(cur);
+  }
+  ADD_FAILURE() << "streamed weights still being read after 5 s: " << prev["weights"].dump();
+  return prev;
+}
+
 // The SSE events of a body: every event must be one "data: ..." line followed by a blank line.
 std::vector<std::string> sse_events(const std::string& body) {
   std::vector<std::string> events;
@@ -415,7 +430,7 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   EXPECT_EQ(json::parse(streamed.body)["choices"][0]["text"],
             json::parse(resident.body)["choices"][0]["text"]);
-  auto ps = json::parse(get(port_, "/api/ps").body)["models"][0];
+  auto ps = settled_ps(port_);
   EXPECT_EQ(ps["residency"], "streamed");
   const json& w = ps["weights"];
   EXPECT_GT(w["streamed_bytes"].get<uint64_t>(), 0u);
@@ -462,7 +477,7 @@ TEST_F(ServerFixture, MirroredWeightsServeTheSameTextAndAreReported) {
   ASSERT_EQ(mirrored.status, 200) << mirrored.body;
   EXPECT_EQ(json::parse(mirrored.body)["choices"][0]["text"],
             json::parse(resident.body)["choices"][0]["text"]);
-  auto ps = json::parse(get(port_, "/api/ps").body)["models"][0];
+  auto ps = settled_ps(port_);
   const json& w = ps["weights"];
   ASSERT_TRUE(w["mirror"].is_object()) << w.dump();
   const json& mi = w["mirror"];
