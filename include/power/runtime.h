@@ -39,6 +39,11 @@ struct RuntimeOptions {
   // Where the Ed25519 receipt key lives (made on first use); empty: $POWER_HOME/keys, else
   // ~/.power/keys.
   std::string keys_dir;
+  // Where per-tensor hash manifests of GGUF artifacts are cached, keyed by the artifact's
+  // SHA-256 (receipts' model.tensors_sha256 and weight mirrors come from them, so the tensors
+  // are hashed once per artifact, not once per process); empty: $POWER_HOME/tensors, else
+  // ~/.power/tensors; "none": not cached (hashed at the first receipt of each load).
+  std::string tensor_manifest_dir;
 };
 
 struct LoadOptions {
@@ -243,6 +248,7 @@ class Runtime {
   Result<std::shared_ptr<const receipt::SigningKey>> signing_key();
   std::mutex key_mu_;
   std::string keys_dir_;
+  std::string tensor_manifest_dir_;  // "" when not cached
   std::shared_ptr<const receipt::SigningKey> key_;
 };
 

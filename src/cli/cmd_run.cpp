@@ -18,6 +18,7 @@
 #include "cli/structured_flags.h"
 #include "engine/sampler.h"
 #include "format/llama2c.h"
+#include "format/tensor_manifest.h"
 #include "host/model.h"
 #include "host/text.h"
 #include "power/runtime.h"
@@ -292,6 +293,7 @@ void run_logits(const LogitsOptions& lo) {
     auto cap = parse_mirror_bytes(lo.mirror_bytes);
     if (!cap.ok()) return report_error(cap.status());
     options.mirror_bytes = *cap;
+    options.tensor_manifest_dir = default_tensor_manifest_dir();
     auto digest = sha256_file(*resolved);
     if (!digest.ok()) return report_error(digest.status());
     options.sha256 = to_hex(*digest);

@@ -222,6 +222,18 @@ void run_ps(bool as_json) {
                             st::format_bytes(w.value("pinned_bytes", uint64_t{0})),
                             st::format_bytes(w.value("streamed_bytes", uint64_t{0})),
                             st::format_bytes(w.value("read_bytes", uint64_t{0})));
+      // A partial mirror (--mirror-dir): what it served, and reads it could not serve.
+      if (w.contains("mirror") && w["mirror"].is_object()) {
+        const json& mi = w["mirror"];
+        weights +=
+            fmt::format(" + {} from mirror", st::format_bytes(mi.value("read_bytes", uint64_t{0})));
+        if (const uint64_t f = mi.value("fallbacks", uint64_t{0}); f > 0) {
+          weights += fmt::format(" ({} fallback{})", f, f == 1 ? "" : "s");
+        }
+      }
+      if (const double per = w.value("read_bytes_per_token", 0.0); per > 0) {
+        weights += fmt::format(", {}/token", st::format_bytes(static_cast<uint64_t>(per)));
+      }
     }
     std::printf("%-32s %-14s %-10s %-36s %s\n", m.value("name", "?").c_str(),
                 digest.substr(0, 12).c_str(),

@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
+#include "format/tensor_manifest.h"
 
 namespace power {
 namespace {
@@ -92,8 +93,10 @@ WeightsMirror::~WeightsMirror() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
-    const MirrorOptions& o, const std::string& artifact_path, const ResidencyPlan& plan) {
+Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(const MirrorOptions& o,
+                                                                    const GgufFile& file,
+                                                                    const ResidencyPlan& plan) {
+  const std::string& artifact_path = file.path();
   if (plan.artifact_sha256.size() != 64) {
     return Status(StatusCode::kInvalidArgument, "a weights mirror needs the artifact's SHA-256");
   }
@@ -179,21 +182,18 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(
   UniqueFd in(::open(artifact_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return io_error("cannot open the artifact", artifact_path, errno);
   std::vector<uint8_t> buf(kCopyChunk);
-  // The per-tensor hash manifest of the whole artifact.
-  for (const ResidencyTensor& t : plan.tensors) {
-    Sha256 h;
-    for (uint64_t off = 0; off < t.file_bytes; off += kCopyChunk) {
-      const uint64_t n = std::min(kCopyChunk, t.file_bytes - off);
-      POWER_RETURN_IF_ERROR(pread_all(in.get(), buf.data(), n, t.file_offset + off, artifact_path));
-      h.update(buf.data(), n);
-    }
+  // The per-tensor hash manifest of the whole artifact (cached beside the store).
+  POWER_ASSIGN_OR_RETURN(
+      TensorManifest manifest,
+      load_or_hash_tensors(file, artifact_path, plan.artifact_sha256, o.tensor_manifest_dir));
+  for (TensorDigest& d : manifest.tensors) {
     TensorHash th;
-    th.name = t.name;
-    th.type = std::string(ggml_type_name(t.type));
-    th.shape = t.shape;
-    th.offset = t.file_offset;
-    th.length = t.file_bytes;
-    th.sha256 = to_hex(h.finish());
+    th.name = std::move(d.name);
+    th.type = std::string(ggml_type_name(d.type));
+    th.shape.assign(d.ne.begin(), d.ne.end());
+    th.offset = d.offset;
+    th.length = d.length;
+    th.sha256 = std::move(d.sha256);
     m->tensors_.push_back(std::move(th));
   }
   // The ranges into a temporary file, hashed on the way.

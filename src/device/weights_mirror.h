@@ -28,6 +28,7 @@
 
 #include "base/status.h"
 #include "device/residency.h"
+#include "format/gguf.h"
 
 namespace power {
 
@@ -35,6 +36,9 @@ struct MirrorOptions {
   std::string dir;                      // DIR: created if missing
   uint64_t max_bytes = UINT64_MAX;      // cap on a mirror's data bytes
   uint64_t reserve_bytes = 1ull << 30;  // free space the filesystem keeps beyond the mirror
+  // Where the artifact's per-tensor hash manifest is cached (format/tensor_manifest.h): a build
+  // takes the index's tensor digests from there, or hashes and caches them. Empty: no cache.
+  std::string tensor_manifest_dir;
 };
 
 // A mirror's byte cap as a user gives it ("20G", "1.5GiB", "123456"; the units of a weights
@@ -63,12 +67,12 @@ class WeightsMirror {
   };
 
   // Opens DIR/sha256-<plan.artifact_sha256>/ or, when it has no index yet, builds it from the
-  // artifact at `artifact_path` for `plan`. Errors: the directory cannot be created or locked
-  // (kIo), the artifact cannot be read (kIo, kCorrupt), an existing index is unreadable or
-  // does not match the artifact (kCorrupt; it is left as it is), the copy read back differs
-  // (kCorrupt). A mirror whose cap or free space leaves no room holds no ranges.
+  // artifact `file` was opened from (file.path()) for `plan`. Errors: the directory cannot be
+  // created or locked (kIo), the artifact cannot be read (kIo, kCorrupt), an existing index is
+  // unreadable or does not match the artifact (kCorrupt; it is left as it is), the copy read back
+  // differs (kCorrupt). A mirror whose cap or free space leaves no room holds no ranges.
   static Result<std::unique_ptr<WeightsMirror>> open_or_build(const MirrorOptions& o,
-                                                              const std::string& artifact_path,
+                                                              const GgufFile& file,
                                                               const ResidencyPlan& plan);
   ~WeightsMirror();
   WeightsMirror(const WeightsMirror&) = delete;

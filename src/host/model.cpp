@@ -299,8 +299,9 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     MirrorOptions mo;
     mo.dir = o.mirror_dir;
     mo.max_bytes = o.mirror_bytes;
+    mo.tensor_manifest_dir = o.tensor_manifest_dir;
     // A mirror is a cache: when it cannot be made or read, the artifact serves (warned).
-    auto mirror = WeightsMirror::open_or_build(mo, file.path(), plan);
+    auto mirror = WeightsMirror::open_or_build(mo, file, plan);
     if (mirror.ok()) {
       m.mirror_ = std::move(*mirror);
     } else {

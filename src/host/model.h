@@ -70,6 +70,9 @@ struct LoadModelOptions {
   // at the first such load of the artifact, holding at most mirror_bytes of it.
   std::string mirror_dir;
   uint64_t mirror_bytes = UINT64_MAX;
+  // Where a mirror build finds or caches the artifact's per-tensor hash manifest
+  // (format/tensor_manifest.h); empty: hashed, not cached.
+  std::string tensor_manifest_dir;
 };
 
 class Model {

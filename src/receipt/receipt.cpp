@@ -53,19 +53,18 @@ std::string canonical_or_empty(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json model_json(const GgufFile& file, const std::string& path,
-                          const std::string& artifact_sha256, const std::string& arch) {
-  std::vector<const GgufTensor*> tensors;
-  for (const GgufTensor& t : file.tensors()) tensors.push_back(&t);
-  std::sort(tensors.begin(), tensors.end(),
-            [](const GgufTensor* a, const GgufTensor* b) { return a->name < b->name; });
+                          const std::string& artifact_sha256, const std::string& arch,
+                          const TensorManifest& tensors) {
+  std::vector<const TensorDigest*> sorted;
+  for (const TensorDigest& t : tensors.tensors) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorDigest* a, const TensorDigest* b) { return a->name < b->name; });
   nlohmann::json ids = nlohmann::json::array();
-  for (const GgufTensor* t : tensors) {
-    nlohmann::json shape = nlohmann::json::array();
-    for (uint64_t d : t->ne) shape.push_back(d);
+  for (const TensorDigest* t : sorted) {
     ids.push_back({{"name", t->name},
                    {"type", std::string(ggml_type_name(t->type))},
-                   {"shape", shape},
-                   {"sha256", to_hex(sha256(t->data, t->n_bytes))}});
+                   {"shape", t->ne},
+                   {"sha256", t->sha256}});
   }
   std::string name;
   if (auto n = file.get_string("general.name"); n.ok() && !n->empty()) {
@@ -80,7 +79,7 @@ nlohmann::json model_json(const GgufFile& file, const std::string& path,
   m["format"] = "gguf";
   m["format_version"] = file.version();
   m["arch"] = arch;
-  m["n_tensors"] = tensors.size();
+  m["n_tensors"] = sorted.size();
   m["tensors_sha256"] = sha256_hex(canonical_or_empty(ids));
   return m;
 }

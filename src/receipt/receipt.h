@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf.h"
+#include "format/tensor_manifest.h"
 #include "power/policy.h"
 #include "power/request.h"
 #include "receipt/policy.h"
@@ -30,8 +31,10 @@ inline constexpr std::string_view kReceiptSchema = "power.receipt.v1";
 // model: name (general.name, else the file name), sha256 (artifact), format, format_version,
 // arch, tensors_sha256 (SHA-256 of the canonical JSON array, sorted by name, of
 // {"name","type","shape","sha256"} per tensor; shape is ne[] innermost first) and n_tensors.
+// The tensor digests come from `tensors` (format/tensor_manifest.h), the file's manifest.
 nlohmann::json model_json(const GgufFile& file, const std::string& path,
-                          const std::string& artifact_sha256, const std::string& arch);
+                          const std::string& artifact_sha256, const std::string& arch,
+                          const TensorManifest& tensors);
 
 // device: kind "cpu", cpu_model, isa_flags, logical_cores, memory_bytes (MemTotal), gpu null,
 // hardware: the static hardware record (base/machine.h machine_facts()).

@@ -26,6 +26,7 @@
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "format/gguf.h"
+#include "format/tensor_manifest.h"
 #include "host/model.h"
 #include "kernels/cpu/isa.h"
 #include "receipt/receipt.h"
@@ -90,10 +91,11 @@ struct ModelSlot {
   std::unique_ptr<KvCache> mtp_kv;
   runtime::SpecCounters spec_totals;
   // Receipt facts of the loaded model, shared by the replicas; the tensor digest is computed
-  // on the first receipt (it reads every weight once).
+  // on the first receipt, from the cached per-tensor manifest or by reading every weight once.
   struct ReceiptModel {
     std::once_flag once;
     nlohmann::json json;
+    std::string tensor_manifest_dir;  // "" for no cache
   };
   std::shared_ptr<ReceiptModel> receipt_model;
   bool threads_fixed = false;             // LoadOptions::threads > 0
@@ -493,6 +495,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->budget_bytes_ =
       options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
   rt->keys_dir_ = options.keys_dir.empty() ? receipt::SigningKey::default_dir() : options.keys_dir;
+  rt->tensor_manifest_dir_ = options.tensor_manifest_dir.empty()     ? default_tensor_manifest_dir()
+                             : options.tensor_manifest_dir == "none" ? std::string()
+                                                                     : options.tensor_manifest_dir;
   return rt;
 }
 
@@ -722,6 +727,8 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   model_options.sha256 = model_file.sha256;
   model_options.prefetch = o.prefetch;
   model_options.mirror_dir = o.mirror_dir;
+  // The plaintext's tensor digests of an encrypted model stay in memory.
+  model_options.tensor_manifest_dir = model_file.encrypted ? std::string() : tensor_manifest_dir_;
   POWER_ASSIGN_OR_RETURN(model_options.mirror_bytes, parse_mirror_bytes(o.mirror_bytes));
   if (!o.weights_budget.empty() && o.weights_budget != "auto") {
     POWER_ASSIGN_OR_RETURN(model_options.weights_budget, parse_weights_budget(o.weights_budget));
@@ -835,8 +842,12 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
       }
     }
     info.replicas = o.replicas;
-    slot->receipt_model =
-        r == 0 ? std::make_shared<ModelSlot::ReceiptModel>() : h.slots_.front()->receipt_model;
+    if (r == 0) {
+      slot->receipt_model = std::make_shared<ModelSlot::ReceiptModel>();
+      slot->receipt_model->tensor_manifest_dir = model_options.tensor_manifest_dir;
+    } else {
+      slot->receipt_model = h.slots_.front()->receipt_model;
+    }
     slot->threads_fixed = o.threads > 0;
     slot->spec_default_mode = o.speculative.mode;
     slot->draft_model_name = o.draft_model.substr(o.draft_model.find_last_of('/') + 1);
@@ -983,8 +994,19 @@ nlohmann::json receipt_body(ModelSlot& m, const GenerateRequest& req,
                             std::span<const int32_t> prompt, const spec::Config& spec_cfg,
                             spec::Mode spec_mode) {
   std::call_once(m.receipt_model->once, [&] {
-    m.receipt_model->json = receipt::model_json(*m.file, m.info.path, m.info.sha256, m.info.arch);
-    m.model->drop_unread_pages();  // the digests read every tensor through the mapping
+    // A plain file is hashed with pread (nothing stays in the page cache); a decrypted
+    // container through its locked mapping. A failed read falls back to the mapping.
+    const bool plain = !m.file->mapping().is_secure_memory();
+    auto manifest = load_or_hash_tensors(*m.file, plain ? m.info.path : std::string(),
+                                         m.info.sha256, m.receipt_model->tensor_manifest_dir);
+    if (!manifest.ok()) {
+      POWER_LOG_WARN("hashing the tensors of {} through its mapping: {}", m.info.path,
+                     manifest.status().to_string());
+      manifest = hash_tensors(*m.file, std::string(), m.info.sha256);
+      m.model->drop_unread_pages();
+    }
+    m.receipt_model->json =
+        receipt::model_json(*m.file, m.info.path, m.info.sha256, m.info.arch, *manifest);
   });
   nlohmann::json config = receipt::request_config_json(req);
   config["kv_type"] = m.kv_type;

@@ -99,6 +99,7 @@ Result<GcResult> collect_garbage_locked(const StoreLayout& layout) {
     }
     // No pull runs while the store lock is held exclusively: its lock file can go too.
     ::unlink(layout.digest_lock_path(b.digest).c_str());
+    ::unlink(layout.tensor_manifest_path(b.digest).c_str());  // a cache of the blob's tensors
     result.removed.push_back(b);
     result.freed_bytes += b.size_bytes;
   }

@@ -90,6 +90,10 @@ std::string StoreLayout::blob_path(const Sha256Digest& digest) const {
   return blobs_dir() + "/" + blob_file_name(digest);
 }
 
+std::string StoreLayout::tensor_manifest_path(const Sha256Digest& digest) const {
+  return home_ + "/tensors/" + blob_file_name(digest) + ".json";
+}
+
 std::string StoreLayout::manifest_path(std::string_view name) const {
   return fmt::format("{}/{}.json", manifests_dir(), name);
 }

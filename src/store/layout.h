@@ -5,6 +5,8 @@
 //   manifests/<name>.json     power.manifest.v1 documents (see manifest.h)
 //   staging/                  partial downloads (same filesystem as blobs/, so commit = rename)
 //   locks/                    flock(2) files: store.lock, sha256-<hex>.lock, url-<hex>.lock
+//   tensors/sha256-<hex>.json per-tensor hash manifests of GGUF artifacts
+//                             (format/tensor_manifest.h), removed with their blob
 //   config.json               optional StoreConfig (see below)
 // StoreLayout is a value holding paths; open() creates the directories. StoreConfig is read
 // from config.json and then overridden by environment variables. Thread-safety: values.
@@ -36,6 +38,7 @@ class StoreLayout {
   std::string config_path() const { return home_ + "/config.json"; }
 
   std::string blob_path(const Sha256Digest& digest) const;
+  std::string tensor_manifest_path(const Sha256Digest& digest) const;
   // The manifest of a validated model name (see validate_model_name in manifest.h).
   std::string manifest_path(std::string_view name) const;
   // Held shared by every pull, exclusively by garbage collection.

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
+#include "base/file.h"
 #include "base/sha256.h"
 #include "format/ggml_types.h"
 #include "format/gguf.h"
@@ -40,6 +42,7 @@ class ReceiptTest : public ::testing::Test {
   std::unique_ptr<Runtime> runtime() {
     RuntimeOptions ro;
     ro.keys_dir = keys_dir_;
+    ro.tensor_manifest_dir = home_ + "/tensors";
     auto rt = Runtime::create(ro);
     EXPECT_TRUE(rt.ok());
     return std::move(*rt);
@@ -173,6 +176,65 @@ TEST_F(ReceiptTest, FieldsMatchIndependentValues) {
   auto h2 = rt->submit(*m, plain);
   ASSERT_TRUE(h2.ok());
   EXPECT_TRUE(h2->wait().receipt.empty());
+}
+
+// The tensor digests are hashed once per artifact: the first receipt writes the per-tensor
+// manifest (RuntimeOptions::tensor_manifest_dir, default $POWER_HOME/tensors) and a later
+// process's receipts take model.tensors_sha256 from it, the same value. "none" writes nothing.
+TEST_F(ReceiptTest, TensorDigestsAreCachedPerArtifactAndReused) {
+  POWER_REQUIRE_SHARED();
+  auto file_digest = sha256_file(stories_f32());
+  ASSERT_TRUE(file_digest.ok());
+  const std::string digest = to_hex(*file_digest);
+  auto receipt_of = [&](Runtime& rt) {
+    auto m = rt.load(stories_f32(), opts(1));
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return nlohmann::json();
+    auto h = rt.submit(*m, greedy("Once upon a time", 4));
+    EXPECT_TRUE(h.ok());
+    if (!h.ok()) return nlohmann::json();
+    Completion c = h->wait();
+    EXPECT_TRUE(c.status.ok());
+    auto r = receipt::parse_json_strict(c.receipt);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : nlohmann::json();
+  };
+  const std::string cached = home_ + "/tensors/sha256-" + digest + ".json";
+  nlohmann::json first = receipt_of(*runtime());
+  auto text = read_file_text(cached);
+  ASSERT_TRUE(text.ok()) << cached;
+  const auto manifest = nlohmann::json::parse(*text);
+  EXPECT_EQ(manifest["artifact_sha256"], digest);
+  // The cached digests are the tensors' bytes in the file.
+  auto file = GgufFile::open(stories_f32());
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ(manifest["tensors"].size(), (*file)->tensors().size());
+  for (size_t i = 0; i < (*file)->tensors().size(); ++i) {
+    const GgufTensor& t = (*file)->tensors()[i];
+    EXPECT_EQ(manifest["tensors"][i]["name"], t.name);
+    EXPECT_EQ(manifest["tensors"][i]["sha256"], to_hex(sha256(t.data, t.n_bytes))) << t.name;
+  }
+  nlohmann::json second = receipt_of(*runtime());
+  EXPECT_EQ(second["model"]["tensors_sha256"], first["model"]["tensors_sha256"]);
+  EXPECT_EQ(*read_file_text(cached), *text);
+
+  // The default is $POWER_HOME/tensors; "none" caches nothing.
+  const std::string power_home = home_ + "/ph";
+  ::setenv("POWER_HOME", power_home.c_str(), 1);
+  for (const std::string dir : {"", "none"}) {
+    RuntimeOptions ro;
+    ro.keys_dir = keys_dir_;
+    ro.tensor_manifest_dir = dir;
+    auto rt = Runtime::create(ro);
+    ASSERT_TRUE(rt.ok());
+    nlohmann::json r = receipt_of(**rt);
+    EXPECT_EQ(r["model"]["tensors_sha256"], first["model"]["tensors_sha256"]);
+    EXPECT_EQ(std::filesystem::exists(power_home + "/tensors/sha256-" + digest + ".json"),
+              dir.empty())
+        << "tensor_manifest_dir \"" << dir << "\"";
+    testing::remove_tree(power_home);
+  }
+  ::unsetenv("POWER_HOME");
 }
 
 TEST_F(ReceiptTest, ChatReceiptBindsTheTemplateAndMessages) {

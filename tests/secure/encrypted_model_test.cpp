@@ -61,6 +61,7 @@ class EncryptedModelTest : public ::testing::Test {
   std::unique_ptr<Runtime> runtime() {
     RuntimeOptions ro;
     ro.keys_dir = dir_ + "/keys";
+    ro.tensor_manifest_dir = dir_ + "/tensors";
     auto rt = Runtime::create(ro);
     EXPECT_TRUE(rt.ok());
     return std::move(*rt);
@@ -91,6 +92,12 @@ TEST_F(EncryptedModelTest, SameOutputsIdentityAndReceiptsAsThePlainFile) {
   EXPECT_EQ(enc->info().sha256, plain->info().sha256);
   EXPECT_EQ(enc->info().weights_bytes, plain->info().weights_bytes);
   EXPECT_EQ(enc->info().path, container_);
+  // The plaintext's tensor digests are not cached on disk (they would say which model the
+  // container holds); the plain file's are, at its first receipt.
+  ASSERT_TRUE(run(*rt, *enc, "Once upon a time").status.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/tensors"));
+  ASSERT_TRUE(run(*rt, *plain, "Once upon a time").status.ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/tensors/sha256-" + to_hex(*file_digest) + ".json"));
 
   for (const std::string prompt : {"Once upon a time", "Lily went to the park"}) {
     const Completion a = run(*rt, *plain, prompt);

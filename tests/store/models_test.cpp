@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "base/file.h"
@@ -102,6 +103,10 @@ TEST_F(Models, RemoveKeepsBlobsOtherModelsStillReference) {
   // A blob no manifest references, and one referenced only by a manifest of a newer schema.
   testing::write_text(layout_.blob_path(digest_of(orphan)), orphan);
   testing::write_text(layout_.blob_path(digest_of(future)), future);
+  // Tensor manifests (format/tensor_manifest.h) are a cache of their blob: they go with it.
+  std::filesystem::create_directories(layout_.home() + "/tensors");
+  testing::write_text(layout_.tensor_manifest_path(digest_of(orphan)), "{}");
+  testing::write_text(layout_.tensor_manifest_path(a[0]), "{}");
   testing::write_text(layout_.manifests_dir() + "/newer.json",
                       "{\"schema\":\"power.manifest.v7\",\"blobs\":[\"sha256:" +
                           to_hex(digest_of(future)) + "\"]}");
@@ -123,6 +128,8 @@ TEST_F(Models, RemoveKeepsBlobsOtherModelsStillReference) {
   EXPECT_EQ(r->garbage.removed[0].digest, digest_of(orphan));
   EXPECT_EQ(r->garbage.freed_bytes, 1000u);
   EXPECT_TRUE(has_blob(a[0]));  // still used by b
+  EXPECT_FALSE(std::filesystem::exists(layout_.tensor_manifest_path(digest_of(orphan))));
+  EXPECT_TRUE(std::filesystem::exists(layout_.tensor_manifest_path(a[0])));
   EXPECT_TRUE(has_blob(digest_of(future)));
 
   r = remove_models(layout_, {"b"});
@@ -131,6 +138,7 @@ TEST_F(Models, RemoveKeepsBlobsOtherModelsStillReference) {
   EXPECT_EQ(r->garbage.freed_bytes, 5000u);
   EXPECT_FALSE(has_blob(b[0]));
   EXPECT_FALSE(has_blob(b[1]));
+  EXPECT_FALSE(std::filesystem::exists(layout_.tensor_manifest_path(a[0])));
   EXPECT_TRUE(has_blob(digest_of(future)));
   EXPECT_EQ(list_dir(layout_.blobs_dir()).size(), 1u);
 }

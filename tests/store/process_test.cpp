@@ -282,7 +282,17 @@ TEST_F(Processes, PsListsModelsOfARunningServer) {
   EXPECT_NE(streamed.out.find("WEIGHTS"), std::string::npos) << streamed.out;
   EXPECT_NE(streamed.out.find("1.0 MiB resident, 2.0 MiB streamed, 10.0 MiB read"),
             std::string::npos)
-      << streamed.out;
+      << streamed.out;  // With a mirror: its reads, fallbacks, and the bytes read per token (both
+                        // sources).
+  r.body =
+      R"({"models":[{"name":"big","digest":"sha256:0123456789abcdef","size_bytes":3000000,"residency":"streamed","weights":{"pinned_bytes":1048576,"streamed_bytes":2097152,"read_bytes":1048576,"read_bytes_per_token":2097152.0,"mirror":{"dir":"/m/sha256-01","bytes":2097152,"group_reads":9,"read_bytes":9437184,"fallbacks":2}},"expires_at":"never"}]})";
+  server_.set_route("/api/ps", r);
+  auto mirrored = testing::run_process(cli({"ps"}), e);
+  ASSERT_EQ(mirrored.exit_code, 0) << mirrored.err;
+  EXPECT_NE(mirrored.out.find("1.0 MiB resident, 2.0 MiB streamed, 1.0 MiB read + 9.0 MiB from "
+                              "mirror (2 fallbacks), 2.0 MiB/token"),
+            std::string::npos)
+      << mirrored.out;
 }
 
 }  // namespace
