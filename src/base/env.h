@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 namespace power {
@@ -22,6 +23,14 @@ inline bool env_switch_on(const char* name) {
 inline bool env_switch_set_on(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' && !env_value_is_off(v);
+}
+
+// Power's home directory: $POWER_HOME, else ~/.power (./.power without $HOME). The store,
+// the receipt key (keys/) and tensor manifests (tensors/) live under it.
+inline std::string power_home() {
+  if (const char* env = std::getenv("POWER_HOME"); env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr && *home != '\0' ? home : ".") + "/.power";
 }
 
 }  // namespace power

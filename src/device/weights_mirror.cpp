@@ -16,7 +16,6 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
-#include "format/tensor_manifest.h"
 
 namespace power {
 namespace {
@@ -153,14 +152,9 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(const Mirror
         m->ranges_.push_back(std::move(r));
       }
       for (const auto& jt : j.at("tensors")) {
-        TensorHash t;
-        t.name = jt.at("name").get<std::string>();
-        t.type = jt.at("type").get<std::string>();
-        t.shape = jt.at("shape").get<std::vector<int64_t>>();
-        t.offset = jt.at("offset").get<uint64_t>();
-        t.length = jt.at("length").get<uint64_t>();
-        t.sha256 = jt.at("sha256").get<std::string>();
-        m->tensors_.push_back(std::move(t));
+        auto t = tensor_digest_from_json(jt);
+        if (!t.ok()) return bad("a tensor digest is malformed");
+        m->tensors_.push_back(std::move(*t));
       }
     } catch (const std::exception&) {
       return bad("missing or mistyped fields");
@@ -186,16 +180,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(const Mirror
   POWER_ASSIGN_OR_RETURN(
       TensorManifest manifest,
       load_or_hash_tensors(file, artifact_path, plan.artifact_sha256, o.tensor_manifest_dir));
-  for (TensorDigest& d : manifest.tensors) {
-    TensorHash th;
-    th.name = std::move(d.name);
-    th.type = std::string(ggml_type_name(d.type));
-    th.shape.assign(d.ne.begin(), d.ne.end());
-    th.offset = d.offset;
-    th.length = d.length;
-    th.sha256 = std::move(d.sha256);
-    m->tensors_.push_back(std::move(th));
-  }
+  m->tensors_ = std::move(manifest.tensors);
   // The ranges into a temporary file, hashed on the way.
   const std::string tmp = fmt::format("{}/data.tmp-{}", m->dir_, ::getpid());
   UniqueFd out(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -276,16 +261,7 @@ Result<std::unique_ptr<WeightsMirror>> WeightsMirror::open_or_build(const Mirror
   nlohmann::json rs = nlohmann::json::array();
   for (const Range& r : m->ranges_) rs.push_back(range_json(r));
   j["ranges"] = std::move(rs);
-  nlohmann::json ts = nlohmann::json::array();
-  for (const TensorHash& t : m->tensors_) {
-    ts.push_back({{"name", t.name},
-                  {"type", t.type},
-                  {"shape", t.shape},
-                  {"offset", t.offset},
-                  {"length", t.length},
-                  {"sha256", t.sha256}});
-  }
-  j["tensors"] = std::move(ts);
+  j["tensors"] = tensor_digests_json(m->tensors_);
   const std::string index_text = j.dump(1);
   POWER_RETURN_IF_ERROR(write_file_exclusive(  // published last: the commit point
       index_path,

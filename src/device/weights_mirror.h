@@ -29,6 +29,7 @@
 #include "base/status.h"
 #include "device/residency.h"
 #include "format/gguf.h"
+#include "format/tensor_manifest.h"
 
 namespace power {
 
@@ -58,13 +59,6 @@ class WeightsMirror {
     std::string sha256;            // of the range's bytes
     std::vector<uint32_t> crc32c;  // per chunk of kChunk bytes from `begin`
   };
-  struct TensorHash {
-    std::string name;
-    std::string type;
-    std::vector<int64_t> shape;
-    uint64_t offset = 0, length = 0;  // in the artifact
-    std::string sha256;
-  };
 
   // Opens DIR/sha256-<plan.artifact_sha256>/ or, when it has no index yet, builds it from the
   // artifact `file` was opened from (file.path()) for `plan`. Errors: the directory cannot be
@@ -89,7 +83,7 @@ class WeightsMirror {
 
   const std::string& dir() const { return dir_; }  // DIR/sha256-<digest>
   const std::vector<Range>& ranges() const { return ranges_; }
-  const std::vector<TensorHash>& tensors() const { return tensors_; }
+  const std::vector<TensorDigest>& tensors() const { return tensors_; }
   uint64_t data_bytes() const { return data_bytes_; }  // bytes of artifact ranges held
   bool built_now() const { return built_now_; }        // this call built it
 
@@ -98,7 +92,7 @@ class WeightsMirror {
   std::string dir_;
   std::string artifact_sha256_;
   std::vector<Range> ranges_;  // sorted by begin, disjoint
-  std::vector<TensorHash> tensors_;
+  std::vector<TensorDigest> tensors_;
   uint64_t data_bytes_ = 0;
   bool built_now_ = false;
   int fd_ = -1;  // `data`

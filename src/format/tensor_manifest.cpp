@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/env.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -23,19 +24,6 @@ namespace {
 constexpr uint64_t kReadChunk = 4ull << 20;
 
 using json = nlohmann::json;
-
-json tensors_json(const TensorManifest& m) {
-  json a = json::array();
-  for (const TensorDigest& t : m.tensors) {
-    a.push_back({{"name", t.name},
-                 {"type", std::string(ggml_type_name(t.type))},
-                 {"shape", t.ne},
-                 {"offset", t.offset},
-                 {"length", t.length},
-                 {"sha256", t.sha256}});
-  }
-  return a;
-}
 
 bool is_lower_hex64(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -85,20 +73,51 @@ Result<TensorManifest> hash_tensors(const GgufFile& file, const std::string& pat
   return m;
 }
 
+json tensor_digests_json(const std::vector<TensorDigest>& tensors) {
+  json a = json::array();
+  for (const TensorDigest& t : tensors) {
+    a.push_back({{"name", t.name},
+                 {"type", std::string(ggml_type_name(t.type))},
+                 {"shape", t.ne},
+                 {"offset", t.offset},
+                 {"length", t.length},
+                 {"sha256", t.sha256}});
+  }
+  return a;
+}
+
+Result<TensorDigest> tensor_digest_from_json(const json& j) {
+  TensorDigest d;
+  try {
+    d.name = j.at("name").get<std::string>();
+    auto type = ggml_type_from_name(j.at("type").get<std::string>());
+    if (!type) return Status(StatusCode::kCorrupt, "unknown tensor type").with("tensor", d.name);
+    d.type = *type;
+    d.ne = j.at("shape").get<std::vector<uint64_t>>();
+    d.offset = j.at("offset").get<uint64_t>();
+    d.length = j.at("length").get<uint64_t>();
+    d.sha256 = j.at("sha256").get<std::string>();
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kCorrupt, "a tensor digest has a missing or mistyped member")
+        .with("error", e.what());
+  }
+  if (!is_lower_hex64(d.sha256)) {
+    return Status(StatusCode::kCorrupt, "a tensor's sha256 is not 64 hex digits")
+        .with("tensor", d.name);
+  }
+  return d;
+}
+
 std::string tensor_manifest_path(const std::string& dir, std::string_view artifact_sha256) {
   return fmt::format("{}/sha256-{}.json", dir, artifact_sha256);
 }
 
 std::string default_tensor_manifest_dir() {
-  if (const char* env = std::getenv("POWER_HOME"); env != nullptr && *env != '\0') {
-    return std::string(env) + "/tensors";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr && *home != '\0' ? home : ".") + "/.power/tensors";
+  return power_home() + "/tensors";
 }
 
 std::string tensor_manifest_json(const TensorManifest& m) {
-  const json tensors = tensors_json(m);
+  const json tensors = tensor_digests_json(m.tensors);
   json j = {{"schema", std::string(TensorManifest::kSchema)},
             {"artifact_sha256", m.artifact_sha256},
             {"tensors", tensors},
@@ -126,22 +145,14 @@ Result<TensorManifest> parse_tensor_manifest(std::string_view text, const GgufFi
     const auto& ft = file.tensors();
     if (!ts.is_array() || ts.size() != ft.size()) return bad("tensor count");
     for (size_t i = 0; i < ft.size(); ++i) {
-      const json& jt = ts[i];
-      TensorDigest d;
-      d.name = jt.at("name").get<std::string>();
-      auto type = ggml_type_from_name(jt.at("type").get<std::string>());
-      if (!type) return bad("unknown type of " + d.name);
-      d.type = *type;
-      d.ne = jt.at("shape").get<std::vector<uint64_t>>();
-      d.offset = jt.at("offset").get<uint64_t>();
-      d.length = jt.at("length").get<uint64_t>();
-      d.sha256 = jt.at("sha256").get<std::string>();
+      auto parsed = tensor_digest_from_json(ts[i]);
+      if (!parsed.ok()) return bad(parsed.status().to_string());
+      TensorDigest d = std::move(*parsed);
       const GgufTensor& t = ft[i];
       if (d.name != t.name || d.type != t.type || d.ne != t.ne || d.offset != t.file_offset ||
           d.length != t.n_bytes) {
         return bad("tensor " + std::to_string(i) + " (" + t.name + ") differs from the file's");
       }
-      if (!is_lower_hex64(d.sha256)) return bad("sha256 of " + d.name);
       m.tensors.push_back(std::move(d));
     }
   } catch (const std::exception& e) {

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/status.h"
 #include "format/gguf.h"
 
@@ -44,6 +46,11 @@ struct TensorManifest {
 // with an empty path they are read through the mapping (a decrypted container).
 Result<TensorManifest> hash_tensors(const GgufFile& file, const std::string& path,
                                     const std::string& artifact_sha256);
+
+// Digests as the JSON array manifests and mirror indexes hold ({name, type, shape, offset,
+// length, sha256} each), and one element back (kCorrupt naming what is missing or wrong).
+nlohmann::json tensor_digests_json(const std::vector<TensorDigest>& tensors);
+Result<TensorDigest> tensor_digest_from_json(const nlohmann::json& j);
 
 // DIR/sha256-<digest>.json.
 std::string tensor_manifest_path(const std::string& dir, std::string_view artifact_sha256);

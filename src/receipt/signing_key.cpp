@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "base/env.h"
 #include "base/file.h"
 #include "base/sha256.h"
 
@@ -87,11 +88,7 @@ Status write_private_file(const std::string& dir, const std::string& name, std::
 SigningKey::~SigningKey() = default;
 
 std::string SigningKey::default_dir() {
-  if (const char* env = std::getenv("POWER_HOME"); env != nullptr && *env != '\0') {
-    return std::string(env) + "/keys";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr && *home != '\0' ? home : ".") + "/.power/keys";
+  return power_home() + "/keys";
 }
 
 Status decode_hex(std::string_view hex, uint8_t* out, size_t n) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/env.h"
 #include "base/file.h"
 
 namespace power::store {
@@ -69,9 +70,7 @@ Result<uint64_t> parse_u64(std::string_view text, std::string_view what) {
 }  // namespace
 
 std::string StoreLayout::default_home() {
-  if (const char* env = std::getenv("POWER_HOME"); env != nullptr && *env != '\0') return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr && *home != '\0' ? home : ".") + "/.power";
+  return power_home();
 }
 
 Result<StoreLayout> StoreLayout::open(const std::string& home) {

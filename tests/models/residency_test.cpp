@@ -519,7 +519,7 @@ TEST(ResidencyModels, MirrorsServeTheSameBitsAndHoldTheArtifactsBytes) {
     }
     const ResidencyPlan& plan = (*m)->residency();
     ASSERT_EQ(mirror.tensors().size(), plan.tensors.size());
-    for (const WeightsMirror::TensorHash& t : mirror.tensors()) {
+    for (const TensorDigest& t : mirror.tensors()) {
       const auto want = artifact_bytes(path, t.offset, t.length);
       EXPECT_EQ(t.sha256, to_hex(sha256(want.data(), want.size()))) << t.name;
     }
