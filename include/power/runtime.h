@@ -83,9 +83,15 @@ struct LoadOptions {
   // memory that is wiped when the model is freed.
   std::string model_key_file;
   std::string model_key_hex;
-  // When the decrypted weights cannot be locked in RAM (mlock beyond RLIMIT_MEMLOCK): true
-  // fails the load with kResourceExhausted; false warns and continues (the pages may then be
-  // swapped out). No effect on plain files.
+  // Lock the weights the kernels read in RAM (mlock; llama.cpp's --mlock): the resident
+  // weights (their rows in the mapping, packed and f32 copies) and the staging slots of
+  // streamed ones, so that memory pressure cannot page them out. Locking beyond
+  // RLIMIT_MEMLOCK warns and keeps what was locked (ModelInfo::weights_locked_bytes), or fails
+  // the load with require_mlock.
+  bool mlock = false;
+  // When weights cannot be locked in RAM (mlock beyond RLIMIT_MEMLOCK): an encrypted model's
+  // decrypted weights, or any model's with `mlock`: true fails the load with
+  // kResourceExhausted; false warns and continues (the pages may then be swapped out).
   bool require_mlock = false;
   // Weights residency (docs/RESIDENCY.md): the bytes of weights kept in memory, as bytes
   // ("800M", "1.5GiB", "123456") or a percentage of the model's resident size ("50%"); the
@@ -118,6 +124,7 @@ struct ModelInfo {
   uint64_t weights_staging_bytes = 0;
   std::string weights_mirror_dir;     // the mirror's directory ("" when none)
   uint64_t weights_mirror_bytes = 0;  // the artifact bytes it holds
+  uint64_t weights_locked_bytes = 0;  // LoadOptions::mlock: bytes locked in RAM
   uint64_t kv_cache_bytes = 0;        // KV block pool
   uint64_t kv_block_bytes = 0;
   int kv_block_tokens = 0;  // positions per KV block (the prefix cache's unit)

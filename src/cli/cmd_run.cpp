@@ -78,6 +78,7 @@ struct RunOptions {
   std::string output_path;     // --output: write exactly the generated text here
   std::string model_key_file;  // --model-key-file: opens an encrypted container (power encrypt)
   bool require_mlock = false;  // --require-mlock: refuse weights that cannot be locked in RAM
+  bool mlock = false;          // --mlock: lock the weights in RAM
   std::string weights_budget;  // --weights-budget (docs/RESIDENCY.md)
   int prefetch = 2;            // --prefetch
   std::string mirror_dir, mirror_bytes;  // --mirror-dir, --mirror-bytes
@@ -107,6 +108,7 @@ Result<RunSession> prepare(RunOptions& o) {
   lo.speculative.adaptive = !o.spec_fixed_k;
   lo.model_key_file = o.model_key_file;
   lo.require_mlock = o.require_mlock;
+  lo.mlock = o.mlock;
   lo.weights_budget = o.weights_budget;
   lo.prefetch = o.prefetch;
   lo.mirror_dir = o.mirror_dir;
@@ -140,7 +142,7 @@ Result<RunSession> prepare(RunOptions& o) {
                  "memory: kv cache %.2f MiB (%s), scratch %.2f MiB; weights mapped %.2f MiB; "
                  "budget %.2f MiB\n"
                  "weights: %.2f of %.2f MiB resident, %.2f MiB streamed, staging %.2f MiB; "
-                 "residency plan %s\n"
+                 "residency plan %s; locked %.2f MiB\n"
                  "threads: %d\n",
                  info.arch.c_str(), static_cast<long long>(info.n_layer),
                  static_cast<long long>(info.n_embd), static_cast<long long>(info.n_vocab),
@@ -149,7 +151,8 @@ Result<RunSession> prepare(RunOptions& o) {
                  info.weights_bytes / 1048576.0, s.rt->budget_bytes() / 1048576.0,
                  info.weights_pinned_bytes / 1048576.0, info.weights_total_bytes / 1048576.0,
                  info.weights_streamed_bytes / 1048576.0, info.weights_staging_bytes / 1048576.0,
-                 info.residency_digest.c_str(), info.threads);
+                 info.residency_digest.c_str(), info.weights_locked_bytes / 1048576.0,
+                 info.threads);
   }
   return s;
 }
@@ -376,8 +379,11 @@ void add_run_commands(CLI::App& app) {
   run->add_option("--model-key-file", o.model_key_file,
                   "Key of an encrypted model (power encrypt): 32 raw bytes or 64 hex digits; "
                   "default $POWER_MODEL_KEY");
+  run->add_flag("--mlock", o.mlock,
+                "Lock the weights in RAM so that memory pressure cannot page them out");
   run->add_flag("--require-mlock", o.require_mlock,
-                "Fail when an encrypted model's decrypted weights cannot be locked in RAM");
+                "Fail when weights cannot be locked in RAM (RLIMIT_MEMLOCK): an encrypted "
+                "model's decrypted ones, or any with --mlock");
   run->callback([run] {
     o.n_predict_given = run->count("--n-predict") > 0;
     run_generate(o);

@@ -68,6 +68,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (a.opts.redact_logs) o.redact_logs = true;
   if (given("--model-key-file")) o.load.model_key_file = a.opts.load.model_key_file;
   if (a.opts.load.require_mlock) o.load.require_mlock = true;
+  if (a.opts.load.mlock) o.load.mlock = true;
   if (given("--ctx")) o.load.n_ctx = a.opts.load.n_ctx;
   if (given("--max-running")) o.load.max_running = a.opts.load.max_running;
   if (given("--max-waiting")) o.load.max_waiting = a.opts.load.max_waiting;
@@ -199,8 +200,11 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--model-key-file", o.load.model_key_file,
                   "Key of encrypted model containers (power encrypt; 32 bytes or 64 hex "
                   "digits; also POWER_MODEL_KEY)");
+  cmd->add_flag("--mlock", o.load.mlock,
+                "Lock the weights in RAM so that memory pressure cannot page them out");
   cmd->add_flag("--require-mlock", o.load.require_mlock,
-                "Refuse decrypted weights that cannot be locked in RAM (RLIMIT_MEMLOCK)");
+                "Refuse weights that cannot be locked in RAM (RLIMIT_MEMLOCK): decrypted ones, "
+                "or any with --mlock");
   cmd->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   cmd->add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--ra-tls", o.ra_tls,

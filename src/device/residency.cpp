@@ -585,6 +585,13 @@ Result<WeightStreamer::Lease> WeightStreamer::acquire(Cursor& c, int group, int 
   return lease_of(s);
 }
 
+std::vector<std::span<const uint8_t>> WeightStreamer::staging_regions() const {
+  std::vector<std::span<const uint8_t>> out;
+  for (const Slot& s : slots_) out.emplace_back(s.mem.get(), static_cast<size_t>(slot_bytes_));
+  for (const auto& b : io_bufs_) out.emplace_back(b.get(), static_cast<size_t>(io_buf_bytes_));
+  return out;
+}
+
 void WeightStreamer::release(Cursor& c) {
   if (c.slot < 0) return;
   {

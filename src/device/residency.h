@@ -36,6 +36,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -166,6 +167,8 @@ class WeightStreamer {
 
   StreamStats stats() const;
   uint64_t staging_bytes() const { return staging_bytes_; }
+  // The staging slots' and read buffers' memory (staging_bytes() in all), for mlock.
+  std::vector<std::span<const uint8_t>> staging_regions() const;
   int lookahead() const { return lookahead_; }
   int slot_count() const { return static_cast<int>(slots_.size()); }
 

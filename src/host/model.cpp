@@ -1,9 +1,16 @@
 #include "host/model.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
+
+#include <fmt/format.h>
 
 #include "base/log.h"
 #include "host/registry.h"
@@ -415,6 +422,7 @@ Result<std::unique_ptr<Model>> load_model(std::shared_ptr<const GgufFile> file,
   m->hp_.n_layer = spec.n_layer > 0 ? spec.n_layer : static_cast<int64_t>(spec.state.size());
   m->hp_.n_ctx_train = spec.n_ctx_train;
   POWER_RETURN_IF_ERROR(place_weights(*m, o).with("architecture", arch));
+  if (o.mlock) m->lock_weights();
   return m;
 }
 
@@ -430,6 +438,55 @@ Result<std::unique_ptr<Model>> load_draft_head(const Model& main) {
   o.kind = sdk::ModelKind::kDraftHead;
   o.sha256 = main.model_file_->sha256();
   return load_model(main.file_, o);
+}
+
+void Model::lock_weights() {
+  // What the kernels read from memory, each region once: a resident weight's rows in the
+  // mapping (past the rows its packed copy serves), the packed copy, its f32 copy; the
+  // streamer's staging slots and read buffers.
+  std::vector<std::span<const uint8_t>> regions;
+  std::set<const void*> seen;
+  for (const BoundWeight& b : weights_) {
+    if (b.stream_group >= 0 || !seen.insert(b.view.data).second) continue;
+    const uint64_t bytes = b.view.row_bytes() * static_cast<uint64_t>(b.view.n_rows());
+    uint64_t skip = 0;
+    if (std::span<const uint8_t> packed = packed_copy_bytes(b.view); !packed.empty()) {
+      regions.push_back(packed);
+      skip = b.view.row_bytes() * static_cast<uint64_t>(b.view.ne[1] / 8 * 8);
+    }
+    if (skip < bytes) {
+      regions.emplace_back(static_cast<const uint8_t*>(b.view.data) + skip,
+                           static_cast<size_t>(bytes - skip));
+    }
+    if (!b.f32.empty()) {
+      regions.emplace_back(reinterpret_cast<const uint8_t*>(b.f32.data()),
+                           b.f32.size() * sizeof(float));
+    }
+  }
+  if (streamer_ != nullptr) {
+    for (std::span<const uint8_t> r : streamer_->staging_regions()) regions.push_back(r);
+  }
+  lockable_bytes_ = 0;
+  for (std::span<const uint8_t> r : regions) lockable_bytes_ += r.size();
+  for (std::span<const uint8_t> r : regions) {
+    if (r.empty()) continue;
+    if (::mlock(r.data(), r.size()) != 0) {
+      const int err = errno;
+      struct rlimit lim {};
+      ::getrlimit(RLIMIT_MEMLOCK, &lim);
+      lock_status_ =
+          Status(StatusCode::kResourceExhausted,
+                 fmt::format("cannot lock the weights in RAM (mlock: {})", std::strerror(err)))
+              .with("locked_bytes", locked_bytes_)
+              .with("weights_bytes", lockable_bytes_)
+              .with("memlock_limit", lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
+                                                                   : std::to_string(lim.rlim_cur))
+              .with("fix",
+                    "raise the limit (ulimit -l, systemd LimitMEMLOCK=) or run without mlock");
+      return;
+    }
+    locked_bytes_ += r.size();
+  }
 }
 
 void Model::drop_unread_pages() const {

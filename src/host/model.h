@@ -73,6 +73,10 @@ struct LoadModelOptions {
   // Where a mirror build finds or caches the artifact's per-tensor hash manifest
   // (format/tensor_manifest.h); empty: hashed, not cached.
   std::string tensor_manifest_dir;
+  // Lock in RAM (mlock) what the kernels read from memory: the resident weights' rows in the
+  // mapping, their packed copies, vector copies and the streaming staging. Best effort: the
+  // first failure (RLIMIT_MEMLOCK) stops it and is kept in lock_status(); the load goes on.
+  bool mlock = false;
 };
 
 class Model {
@@ -132,6 +136,11 @@ class Model {
   // (streamed tensors, matrices served from packed copies), e.g. after a pass over every
   // tensor's bytes (the receipts' tensor digests). No-op otherwise.
   void drop_unread_pages() const;
+  // LoadModelOptions::mlock: the bytes locked, and why locking stopped short (ok when all
+  // were locked or none were asked for).
+  uint64_t locked_weight_bytes() const { return locked_bytes_; }
+  uint64_t lockable_weight_bytes() const { return lockable_bytes_; }
+  const Status& lock_status() const { return lock_status_; }
   // The identities of the tensors the package bound (what receipts bind), sorted by name.
   std::vector<sdk::TensorIdentity> bound_tensors() const;
 
@@ -142,6 +151,7 @@ class Model {
   friend Status place_weights(Model& m, const LoadModelOptions& o);
   Model() = default;
   Status run(Workspace& ws, sdk::Pooling pooling) const;
+  void lock_weights();
   Status fill_batch(Workspace& ws, std::span<const ForwardChunk> chunks, bool encoder) const;
 
   std::shared_ptr<const GgufFile> file_;
@@ -162,6 +172,8 @@ class Model {
   std::unique_ptr<WeightsMirror> mirror_;
   std::unique_ptr<WeightStreamer> streamer_;  // after residency_ and mirror_: it reads them
   std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
+  uint64_t locked_bytes_ = 0, lockable_bytes_ = 0;
+  Status lock_status_;
 };
 
 // Loads the architecture named by general.architecture (an error naming the known ones

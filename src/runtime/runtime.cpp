@@ -727,6 +727,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   model_options.sha256 = model_file.sha256;
   model_options.prefetch = o.prefetch;
   model_options.mirror_dir = o.mirror_dir;
+  model_options.mlock = o.mlock;
   // The plaintext's tensor digests of an encrypted model stay in memory.
   model_options.tensor_manifest_dir = model_file.encrypted ? std::string() : tensor_manifest_dir_;
   POWER_ASSIGN_OR_RETURN(model_options.mirror_bytes, parse_mirror_bytes(o.mirror_bytes));
@@ -756,6 +757,11 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     };
   }
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model_owned, load_model(file, model_options));
+  if (o.mlock && !model_owned->lock_status().ok()) {
+    if (o.require_mlock) return Status(model_owned->lock_status()).with("path", path);
+    POWER_LOG_WARN("{}: {}; the rest may be paged out", path,
+                   model_owned->lock_status().to_string());
+  }
   POWER_ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok, load_tokenizer(*file));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
   std::shared_ptr<const Model> model(std::move(model_owned));
@@ -840,6 +846,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
         info.weights_mirror_dir = model->mirror()->dir();
         info.weights_mirror_bytes = model->mirror()->data_bytes();
       }
+      info.weights_locked_bytes = model->locked_weight_bytes();
     }
     info.replicas = o.replicas;
     if (r == 0) {

@@ -213,6 +213,9 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
   // Weights residency (docs/RESIDENCY.md).
   per_model("power_weights_pinned_bytes", "gauge", "Bytes of weights kept resident, per model.",
             [](const G& m) { return m.weights_pinned_bytes; });
+  per_model("power_weights_locked_bytes", "gauge",
+            "Bytes of weights locked in RAM (mlock), per model.",
+            [](const G& m) { return m.weights_locked_bytes; });
   per_model("power_weights_streamed_bytes", "gauge",
             "Bytes of weights streamed from the artifact each pass, per model (resident form).",
             [](const G& m) { return m.weights_streamed_bytes; });

@@ -61,6 +61,7 @@ class Metrics {
     // Weights residency (ModelInfo): bytes resident and streamed, staging slots.
     uint64_t weights_pinned_bytes = 0, weights_streamed_bytes = 0, weights_staging_bytes = 0;
     uint64_t weights_mirror_bytes = 0;  // artifact bytes the partial mirror holds
+    uint64_t weights_locked_bytes = 0;  // locked in RAM (mlock)
   };
   struct EmbedGauges {
     std::string name;

@@ -130,6 +130,9 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       o->redact_logs = v.get<bool>();
     } else if (key == "model_key_file") {
       POWER_RETURN_IF_ERROR(str(&o->load.model_key_file));
+    } else if (key == "mlock") {
+      if (!v.is_boolean()) return type_error(raw_key, "true or false");
+      o->load.mlock = v.get<bool>();
     } else if (key == "require_mlock") {
       if (!v.is_boolean()) return type_error(raw_key, "true or false");
       o->load.require_mlock = v.get<bool>();

@@ -1079,7 +1079,8 @@ void Server::Impl::register_routes(httplib::Server& s) {
             info.recurrent_state_bytes > 0 ? int64_t{opts.load.max_running} * info.replicas : 0;
         gauges.push_back({m->id, m->handle.stats(), info.kv_block_tokens, slots,
                           info.weights_pinned_bytes, info.weights_streamed_bytes,
-                          info.weights_staging_bytes, info.weights_mirror_bytes});
+                          info.weights_staging_bytes, info.weights_mirror_bytes,
+                          info.weights_locked_bytes});
       }
     }
     int active_generations = 0;
@@ -1115,6 +1116,7 @@ void Server::Impl::register_routes(httplib::Server& s) {
           {"plan_sha256", info.residency_digest},
           {"total_bytes", info.weights_total_bytes},
           {"pinned_bytes", info.weights_pinned_bytes},
+          {"locked_bytes", info.weights_locked_bytes},
           {"streamed_bytes", info.weights_streamed_bytes},
           {"staging_bytes", info.weights_staging_bytes},
           {"read_bytes", stats.weights_read_bytes},

@@ -30,7 +30,7 @@ std::string stories(const std::string& name) {
   return shared_dir() + "/models/stories260K/" + name;
 }
 
-RunResult run_power(const std::vector<std::string>& args) {
+RunResult run_power(const std::vector<std::string>& args, const std::vector<std::string>& prefix) {
   RunResult r;
   std::string dir = make_temp_dir("power-run");
   std::string out_path = dir + "/out", err_path = dir + "/err";
@@ -39,7 +39,8 @@ RunResult run_power(const std::vector<std::string>& args) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> argv_s = {power_binary()};
+  std::vector<std::string> argv_s = prefix;
+  argv_s.push_back(power_binary());
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());

@@ -14,7 +14,9 @@ struct RunResult {
 };
 
 std::string power_binary();
-RunResult run_power(const std::vector<std::string>& args);
+// `prefix`: a program (absolute path) and its arguments that run the binary (e.g. setpriv).
+RunResult run_power(const std::vector<std::string>& args,
+                    const std::vector<std::string>& prefix = {});
 
 // A file's bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);

@@ -195,9 +195,10 @@ int32_t argmax(const float* row, int64_t n) {
 // `mirror_dir`: a partial mirror there (bound to the file's real digest).
 Result<std::unique_ptr<Model>> open_model(const std::string& path, const std::string& budget,
                                           int prefetch, const std::string& mirror_dir = "",
-                                          uint64_t mirror_bytes = UINT64_MAX) {
+                                          uint64_t mirror_bytes = UINT64_MAX, bool mlock = false) {
   POWER_ASSIGN_OR_RETURN(auto f, GgufFile::open(path));
   LoadModelOptions o;
+  o.mlock = mlock;
   if (!budget.empty()) {
     POWER_ASSIGN_OR_RETURN(o.weights_budget, parse_weights_budget(budget));
   }
@@ -667,6 +668,70 @@ TEST(ResidencyModels, ConcurrentLoadsBuildOneMirror) {
   }
   EXPECT_EQ(entries, 3u);  // .lock, data, index.json
   testing::remove_tree(tmp);
+}
+
+}  // namespace
+}  // namespace power
+
+namespace power {
+namespace {
+
+// VmLck of this process, in bytes.
+uint64_t locked_kb_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmLck: %lu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// LoadModelOptions::mlock locks what the kernels read: at 100 % every weight (the mapping's
+// rows, packed copies), under a budget the pinned ones and the staging slots. The process's
+// VmLck holds at least what the model says it locked, and the bits do not change.
+TEST(ResidencyModels, MlockLocksWhatTheKernelsRead) {
+  POWER_REQUIRE_SHARED();
+  const std::string root = testing::shared_dir() + "/fixtures/models";
+  for (const char* rel : {"/llama/llama-Q8_0.gguf", "/mamba/mamba-F32.gguf"}) {
+    const std::string path = root + rel;
+    SCOPED_TRACE(path);
+    const auto tokens =
+        testing::read_ids(std::filesystem::path(path).parent_path().string() + "/tokens.txt");
+    auto plain = open_model(path, "", 2);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    const PassResult ref = run_model(**plain, tokens);
+    EXPECT_EQ((*plain)->locked_weight_bytes(), 0u);
+    for (const char* budget : {"", "50%", "0%"}) {
+      SCOPED_TRACE(std::string("budget ") + budget);
+      auto m = open_model(path, budget, 2, "", UINT64_MAX, true);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      const Model& model = **m;
+      if (!model.lock_status().ok() && ::geteuid() != 0) {
+        GTEST_SKIP() << "RLIMIT_MEMLOCK is too low here: " << model.lock_status().to_string();
+      }
+      ASSERT_TRUE(model.lock_status().ok()) << model.lock_status().to_string();
+      const uint64_t locked = model.locked_weight_bytes();
+      EXPECT_EQ(locked, model.lockable_weight_bytes());
+      EXPECT_GE(locked_kb_bytes(), locked);
+      const ResidencyPlan& plan = model.residency();
+      // What the plan keeps resident (every weight at 100 %; the pinned ones and the staging
+      // slots under a budget), each region rounded out to whole pages at most.
+      const uint64_t want =
+          plan.streams() ? plan.pinned_bytes + model.streamer()->staging_bytes() : plan.total_bytes;
+      const uint64_t slack = 2 * 4096 * (plan.tensors.size() + 8);
+      std::fprintf(stderr, "%s budget '%s': %lu bytes locked, plan resident %lu\n", rel, budget,
+                   static_cast<unsigned long>(locked), static_cast<unsigned long>(want));
+      EXPECT_GE(locked, want);
+      EXPECT_LE(locked, want + slack);
+      const PassResult got = run_model(model, tokens);
+      ASSERT_EQ(got.logits.size(), ref.logits.size());
+      EXPECT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0);
+      EXPECT_EQ(got.greedy, ref.greedy);
+    }
+  }
 }
 
 }  // namespace

@@ -406,7 +406,7 @@ TEST_F(ServerFixture, HealthMetricsAndPs) {
   EXPECT_GT(ps["models"][0]["size_bytes"].get<uint64_t>(), 1000000u);  // 1.1 MB of F32 weights
 }
 
-// A model served under a weights budget (config keys weights_budget and prefetch;
+// A model served under a weights budget (config keys weights_budget, prefetch and mlock;
 // docs/RESIDENCY.md): every matrix of stories260K streamed, the same greedy completion as the
 // fully resident server, and /api/ps and /metrics say what streams and what was read.
 TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
@@ -418,13 +418,17 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
   auto ps0 = json::parse(get(port_, "/api/ps").body)["models"][0];
   EXPECT_EQ(ps0["residency"], "mmap");
   EXPECT_EQ(ps0["weights"]["streamed_bytes"], 0);
+  EXPECT_EQ(ps0["weights"]["locked_bytes"], 0);
   TearDown();
   ServerOptions o;
   o.models = {stories("stories260K-F32.gguf")};
   o.load.n_ctx = 512;
   o.load.threads = 1;
-  ASSERT_TRUE(apply_config_json(json::parse(R"({"weights_budget":"0%","prefetch":1})"), &o).ok());
+  ASSERT_TRUE(
+      apply_config_json(json::parse(R"({"weights_budget":"0%","prefetch":1,"mlock":true})"), &o)
+          .ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"prefetch":5})"), &o).ok());
+  EXPECT_FALSE(apply_config_json(json::parse(R"({"mlock":"yes"})"), &o).ok());
   start(std::move(o));
   auto streamed = post(port_, "/v1/completions", req.dump());
   ASSERT_EQ(streamed.status, 200) << streamed.body;
@@ -439,7 +443,13 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
   // At least one pass (the prompt) and one per generated token read every streamed group.
   EXPECT_GE(w["read_bytes"].get<uint64_t>(), w["streamed_bytes"].get<uint64_t>() / 2);
   EXPECT_EQ(w["read_errors"], 0);
+  // mlock: the staging slots (and the pinned norms) are locked in RAM.
+  EXPECT_GT(w["locked_bytes"].get<uint64_t>(), w["staging_bytes"].get<uint64_t>());
   const std::string metrics = get(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("power_weights_locked_bytes{model=\"stories260K-F32\"} " +
+                         std::to_string(w["locked_bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
   EXPECT_NE(metrics.find("power_weights_streamed_bytes{model=\"stories260K-F32\"} " +
                          std::to_string(w["streamed_bytes"].get<uint64_t>()) + "\n"),
             std::string::npos)

@@ -249,6 +249,12 @@ std::shared_ptr<const PackedMatrix> find_packed(const TensorView& w) {
 
 }  // namespace kernels
 
+std::span<const uint8_t> packed_copy_bytes(const TensorView& w) {
+  const std::shared_ptr<const kernels::PackedMatrix> p = kernels::find_packed(w);
+  if (p == nullptr || p->data == nullptr) return {};
+  return {p->data.get(), static_cast<size_t>(p->n_groups) * p->group_bytes};
+}
+
 uint64_t packed_bytes(const TensorView& w) {
   if (!matmul_repack_enabled() || !packable(w)) return 0;
   return packed_shape(w)->bytes();

@@ -99,6 +99,9 @@ bool matmul_repack_supported(GgmlType type);
 bool matmul_repack_enabled();
 // True when matmul(w, ...) will run the packed kernels for `w` (tests, diagnostics).
 bool matmul_uses_repacked(const TensorView& w);
+// The bytes of the registry's packed copy of `w` (empty when it has none): what a loader
+// locks in RAM (mlock) beside the source rows the kernels still read.
+std::span<const uint8_t> packed_copy_bytes(const TensorView& w);
 
 namespace kernels {
 // The registered packed copy matching `w` exactly, or null. Used by matmul().
