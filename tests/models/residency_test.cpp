@@ -510,7 +510,7 @@ TEST(ResidencyModels, MirrorsServeTheSameBitsAndHoldTheArtifactsBytes) {
     ASSERT_TRUE(m.ok());
     const WeightsMirror& mirror = *(*m)->mirror();
     ASSERT_FALSE(mirror.ranges().empty());
-    const auto data = read_file(mirror.dir() + "/data");
+    const auto data = read_file(mirror.data_path());
     ASSERT_TRUE(data.ok());
     for (const WeightsMirror::Range& r : mirror.ranges()) {
       const auto want = artifact_bytes(path, r.begin, r.end - r.begin);
@@ -549,7 +549,7 @@ TEST(ResidencyModels, ACorruptMirrorIsDetectedAndServedFromTheArtifact) {
     auto m = open_model(path, "0%", 2, tmp);
     ASSERT_TRUE(m.ok());
     ASSERT_NE((*m)->mirror(), nullptr);
-    data_path = (*m)->mirror()->dir() + "/data";
+    data_path = (*m)->mirror()->data_path();
     data_size = std::filesystem::file_size(data_path);
   }
   ::chmod(data_path.c_str(), 0644);
@@ -667,6 +667,102 @@ TEST(ResidencyModels, ConcurrentLoadsBuildOneMirror) {
     ++entries;
   }
   EXPECT_EQ(entries, 3u);  // .lock, data, index.json
+  testing::remove_tree(tmp);
+}
+
+// The bytes of `plan`'s streamed groups.
+uint64_t streamed_span_bytes(const ResidencyPlan& plan) {
+  uint64_t n = 0;
+  for (int g : plan.streamed) {
+    n += plan.groups[static_cast<size_t>(g)].file_end -
+         plan.groups[static_cast<size_t>(g)].file_begin;
+  }
+  return n;
+}
+
+// A mirror built at 50 % under a cap the 50 % plan's streamed groups fill: a load at 0 % under
+// the same cap gains nothing and reuses it; a load at 0 % with no cap grows it to generation 2,
+// which holds every group, byte for byte the artifact's; generation 1's files are gone, yet the
+// model opened on it keeps reading it through its descriptor; bits never change. A load under
+// the small cap again reuses generation 2 (a mirror never shrinks).
+TEST(ResidencyModels, AMirrorGrowsWhenALaterLoadStreamsMore) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/llama/llama-Q8_0.gguf";
+  const auto tokens =
+      testing::read_ids(testing::shared_dir() + "/fixtures/models/llama/tokens.txt");
+  const std::string tmp = testing::make_temp_dir("power_mirror");
+  auto ref_model = open_model(path, "", 2);
+  ASSERT_TRUE(ref_model.ok());
+  const PassResult ref = run_model(**ref_model, tokens);
+
+  auto probe = open_model(path, "50%", 0);
+  ASSERT_TRUE(probe.ok());
+  const uint64_t cap = streamed_span_bytes((*probe)->residency());
+  ASSERT_GT(cap, 0u);
+  auto half = open_model(path, "50%", 1, tmp, cap);
+  ASSERT_TRUE(half.ok()) << half.status().to_string();
+  ASSERT_NE((*half)->mirror(), nullptr);
+  const WeightsMirror& first = *(*half)->mirror();
+  EXPECT_TRUE(first.built_now());
+  EXPECT_EQ(first.generation(), 1);
+  EXPECT_EQ(first.data_bytes(), cap);
+  const std::string dir = first.dir();
+  EXPECT_EQ(first.data_path(), dir + "/data");
+  const ResidencyPlan& half_plan = (*half)->residency();
+
+  auto full = open_model(path, "0%", 1, tmp, cap);
+  ASSERT_TRUE(full.ok());
+  ASSERT_NE((*full)->mirror(), nullptr);
+  EXPECT_FALSE((*full)->mirror()->built_now());
+  EXPECT_EQ((*full)->mirror()->generation(), 1);
+  {
+    const PassResult got = run_model(**full, tokens);
+    EXPECT_TRUE(same_bits(got.logits, ref.logits));
+    const StreamStats s = (*full)->streamer()->stats();
+    EXPECT_GT(s.mirror_loads, 0u);
+    EXPECT_GT(s.bytes_read, 0u);  // the half the mirror lacks
+  }
+
+  auto all = open_model(path, "0%", 1, tmp);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  ASSERT_NE((*all)->mirror(), nullptr);
+  const WeightsMirror& grown = *(*all)->mirror();
+  EXPECT_TRUE(grown.built_now());
+  EXPECT_EQ(grown.generation(), 2);
+  EXPECT_EQ(grown.data_path(), dir + "/data.2");
+  EXPECT_GT(grown.data_bytes(), first.data_bytes());
+  const ResidencyPlan& all_plan = (*all)->residency();
+  for (const ResidencyGroup& grp : all_plan.groups) {
+    EXPECT_TRUE(grown.covers(grp.file_begin, grp.file_end)) << grp.name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/data"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/index.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/index.2.json"));
+  const auto data = read_file(grown.data_path());
+  ASSERT_TRUE(data.ok());
+  for (const WeightsMirror::Range& r : grown.ranges()) {
+    const auto want = artifact_bytes(path, r.begin, r.end - r.begin);
+    ASSERT_LE(r.data_offset + want.size(), data->size());
+    EXPECT_EQ(std::memcmp(data->data() + r.data_offset, want.data(), want.size()), 0);
+  }
+  EXPECT_EQ(grown.tensors().size(), first.tensors().size());
+
+  for (auto* m : {&half, &all}) {
+    const PassResult got = run_model(***m, tokens);
+    EXPECT_TRUE(same_bits(got.logits, ref.logits));
+    EXPECT_EQ(got.greedy, ref.greedy);
+    const StreamStats s = (**m)->streamer()->stats();
+    EXPECT_GT(s.mirror_loads, 0u);
+    EXPECT_EQ(s.mirror_loads, s.loads);
+    EXPECT_EQ(s.bytes_read, 0u);
+    EXPECT_EQ(s.mirror_fallbacks, 0u);
+  }
+  EXPECT_FALSE(half_plan.streamed.empty());
+  auto again = open_model(path, "50%", 1, tmp, cap);
+  ASSERT_TRUE(again.ok());
+  ASSERT_NE((*again)->mirror(), nullptr);
+  EXPECT_FALSE((*again)->mirror()->built_now());
+  EXPECT_EQ((*again)->mirror()->generation(), 2);
   testing::remove_tree(tmp);
 }
 
