@@ -92,9 +92,12 @@ function sessionSet(prefix, n) {
   }));
 }
 
-// The load: REQUESTS streamed chat completions from CLIENTS workers; at 1/5 done `onFifth(1)`, at
-// 2/5 `onFifth(2)`. A failed request is retried once by the client. Returns per request its
-// attempts, and the throughput.
+// The load: REQUESTS streamed chat completions from CLIENTS workers. Event k (an object with
+// `fire(inflight)` and an optional `ready(inflight)`) fires once (k + 1)/5 of the requests are done
+// and the events before it have fired, at the first completion or stream start where `ready`
+// holds (a drain waits until its replica has a stream under way: streams of one length end in
+// waves, and between two waves a replica can have none with headers). A failed request is retried
+// once by the client. Returns per request its attempts, and the throughput.
 async function runLoad(url, events) {
   const results = Array.from({ length: REQUESTS }, () => ({ attempts: [] }));
   const inflight = new Map();  // request index -> instance, once headers arrived
@@ -102,6 +105,14 @@ async function runLoad(url, events) {
   let done = 0;
   let fired = 0;
   const t0 = Date.now();
+  function maybeFire() {
+    while (fired < events.length && done >= ((fired + 1) * REQUESTS) / 5) {
+      const e = events[fired];
+      if (e.ready && !e.ready(inflight)) return;
+      ++fired;
+      e.fire(new Map(inflight));
+    }
+  }
   async function worker() {
     while (next < REQUESTS) {
       const i = next++;
@@ -110,21 +121,34 @@ async function runLoad(url, events) {
           model: MODEL, messages: [{ role: 'user', content: `Story ${i}: tell me about a little dog` }],
           max_tokens: TOKENS, ignore_eos: true,
           temperature: 0.8, seed: i,
-        }, { onStart: (instance) => inflight.set(i, instance) });
+        }, { onStart: (instance) => { inflight.set(i, instance); maybeFire(); } });
         inflight.delete(i);
         results[i].attempts.push(r);
         if (r.ok) break;
       }
       ++done;
-      while (fired < events.length && done >= ((fired + 1) * REQUESTS) / 5) {
-        events[fired++](new Map(inflight));
-      }
+      maybeFire();
     }
   }
   await Promise.all(Array.from({ length: CLIENTS }, worker));
+  assert.equal(fired, events.length, `only ${fired} of ${events.length} load events fired`);
   const seconds = (Date.now() - t0) / 1000;
   const tokens = results.reduce((n, r) => n + (r.attempts.at(-1).usage?.completion_tokens ?? 0), 0);
   return { results, seconds, tokens };
+}
+
+// The load event that sends `replica` SIGTERM while a stream runs on it, noting in
+// `drained.inflight` the requests under way there.
+function drainEvent(replica, drained, after = () => {}) {
+  const on = (inflight) => [...inflight].filter(([, inst]) => inst === replica.name).map(([i]) => i);
+  return {
+    ready: (inflight) => on(inflight).length > 0,
+    fire: (inflight) => {
+      drained.inflight = on(inflight);
+      replica.kill('SIGTERM');
+      after();
+    },
+  };
 }
 
 function checkLoad(load, drained, killed) {
@@ -182,9 +206,7 @@ test('HAProxy: session affinity, drain, kill and Prometheus', { skip, timeout: 6
   const killed = { name: r2.name };
   let drainHealth = null;
   const load = await runLoad(lb.url, [
-    (inflight) => {
-      drained.inflight = [...inflight].filter(([, inst]) => inst === r1.name).map(([i]) => i);
-      r1.kill('SIGTERM');
+    drainEvent(r1, drained, () => {
       // /health says draining at once (the balancer's check takes it out).
       setTimeout(async () => {
         try {
@@ -192,8 +214,8 @@ test('HAProxy: session affinity, drain, kill and Prometheus', { skip, timeout: 6
           drainHealth = { status: h.status, body: await h.json() };
         } catch (e) { drainHealth = { error: String(e) }; }
       }, 20);
-    },
-    () => { r2.kill('SIGKILL'); },
+    }),
+    { fire: () => { r2.kill('SIGKILL'); } },
   ]);
   const failedFirst = checkLoad(load, drained, killed);
   console.log(`load: ${REQUESTS} x ${TOKENS} tokens from ${CLIENTS} clients in ${load.seconds.toFixed(1)} s ` +
@@ -233,12 +255,7 @@ test('nginx: header affinity and a drain', { skip, timeout: 600000 }, async () =
 
   const [r1] = replicas;
   const drained = { name: r1.name, inflight: [] };
-  const load = await runLoad(lb.url, [
-    (inflight) => {
-      drained.inflight = [...inflight].filter(([, inst]) => inst === r1.name).map(([i]) => i);
-      r1.kill('SIGTERM');
-    },
-  ]);
+  const load = await runLoad(lb.url, [drainEvent(r1, drained)]);
   // nginx moves a request refused with 503 "draining" to the next replica: no failure at all.
   const failedFirst = checkLoad(load, drained, { name: '(none)' });
   assert.equal(failedFirst, 0);
