@@ -44,6 +44,11 @@ struct RuntimeOptions {
   // are hashed once per artifact, not once per process); empty: $POWER_HOME/tensors, else
   // ~/.power/tensors; "none": not cached (hashed at the first receipt of each load).
   std::string tensor_manifest_dir;
+  // The weights cache (docs/RESIDENCY.md), shared by every model this runtime loads: the
+  // bytes ("64M", "1GiB"; "" or "0": none), charged to the memory budget, and its policy
+  // ("lfru" or "lru"). Models whose plan streams read their token-embedding rows through it.
+  std::string weights_cache;
+  std::string weights_cache_policy = "lfru";
 };
 
 struct LoadOptions {
@@ -162,9 +167,16 @@ struct RuntimeStats {
   // ... groups and bytes read from the partial mirror, and mirror reads that failed (error,
   // short read, checksum mismatch) and were served from the artifact.
   uint64_t weights_mirror_loads = 0, weights_mirror_bytes_read = 0, weights_mirror_fallbacks = 0;
+  // Rows this model read through the weights cache: hits, misses and the bytes the misses
+  // read from the artifact. Then the cache's own figures (shared by the runtime's models):
+  // bytes held and its capacity, pieces evicted, and pieces refused by admission.
+  uint64_t weights_cache_hits = 0, weights_cache_misses = 0, weights_cache_read_bytes = 0;
+  uint64_t weights_cache_bytes = 0, weights_cache_capacity_bytes = 0, weights_cache_evictions = 0,
+           weights_cache_rejected = 0;
 };
 
 enum class GgmlType : uint32_t;  // format/ggml_types.h
+class WeightsCache;              // device/weights_cache.h
 namespace receipt {
 class SigningKey;
 }
@@ -255,7 +267,8 @@ class Runtime {
   Result<std::shared_ptr<const receipt::SigningKey>> signing_key();
   std::mutex key_mu_;
   std::string keys_dir_;
-  std::string tensor_manifest_dir_;  // "" when not cached
+  std::string tensor_manifest_dir_;              // "" when not cached
+  std::shared_ptr<WeightsCache> weights_cache_;  // null when none
   std::shared_ptr<const receipt::SigningKey> key_;
 };
 

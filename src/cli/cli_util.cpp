@@ -27,6 +27,14 @@ void add_mirror_options(CLI::App* cmd, std::string* dir, std::string* bytes) {
                   "1 GiB)");
 }
 
+void add_weights_cache_options(CLI::App* cmd, std::string* bytes, std::string* policy) {
+  cmd->add_option("--weights-cache", *bytes,
+                  "Bytes of a cache for token-embedding rows of models whose weights stream "
+                  "(64M, 1GiB; default none: rows from the mapping)");
+  cmd->add_option("--weights-cache-policy", *policy, "lfru (default) or lru")
+      ->check(CLI::IsMember({"lfru", "lru"}));
+}
+
 void add_model_lib_option(CLI::App* cmd) {
   static std::deque<std::vector<std::string>> libs;  // one list per command, for the process
   std::vector<std::string>& mine = libs.emplace_back();

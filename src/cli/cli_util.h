@@ -29,4 +29,8 @@ void add_model_lib_option(CLI::App* cmd);
 // Adds `--mirror-dir DIR` and `--mirror-bytes BYTES` (docs/RESIDENCY.md, "Mirrors").
 void add_mirror_options(CLI::App* cmd, std::string* dir, std::string* bytes);
 
+// Adds `--weights-cache BYTES` and `--weights-cache-policy lfru|lru` (docs/RESIDENCY.md, "The
+// weights cache").
+void add_weights_cache_options(CLI::App* cmd, std::string* bytes, std::string* policy);
+
 }  // namespace power::cli

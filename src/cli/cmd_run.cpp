@@ -81,7 +81,8 @@ struct RunOptions {
   bool mlock = false;          // --mlock: lock the weights in RAM
   std::string weights_budget;  // --weights-budget (docs/RESIDENCY.md)
   int prefetch = 2;            // --prefetch
-  std::string mirror_dir, mirror_bytes;  // --mirror-dir, --mirror-bytes
+  std::string mirror_dir, mirror_bytes;                      // --mirror-dir, --mirror-bytes
+  std::string weights_cache, weights_cache_policy = "lfru";  // --weights-cache[-policy]
   std::optional<AcceptancePolicy> policy;
 };
 
@@ -94,7 +95,10 @@ struct RunSession {
 
 Result<RunSession> prepare(RunOptions& o) {
   RunSession s;
-  POWER_ASSIGN_OR_RETURN(s.rt, Runtime::create(RuntimeOptions{}));
+  RuntimeOptions ro;
+  ro.weights_cache = o.weights_cache;
+  ro.weights_cache_policy = o.weights_cache_policy;
+  POWER_ASSIGN_OR_RETURN(s.rt, Runtime::create(ro));
   LoadOptions lo;
   lo.n_ctx = o.n_ctx;
   lo.max_running = 1;
@@ -192,6 +196,19 @@ Result<std::string> generate_once(RunSession& s, const RunOptions& o, GenerateRe
                n_prompt, pre_s, pre_s > 0 ? n_prompt / pre_s : 0.0, r.tokens.size(), dec_s,
                dec_s > 0 ? r.tokens.size() / dec_s : 0.0,
                std::string(finish_name(r.finish)).c_str());
+  if (o.verbose && !o.weights_cache.empty()) {
+    const RuntimeStats st = s.model.stats();
+    std::fprintf(stderr,
+                 "weights cache: %llu hits, %llu misses (%llu bytes read), %llu of %llu bytes "
+                 "held, %llu evicted, %llu refused\n",
+                 static_cast<unsigned long long>(st.weights_cache_hits),
+                 static_cast<unsigned long long>(st.weights_cache_misses),
+                 static_cast<unsigned long long>(st.weights_cache_read_bytes),
+                 static_cast<unsigned long long>(st.weights_cache_bytes),
+                 static_cast<unsigned long long>(st.weights_cache_capacity_bytes),
+                 static_cast<unsigned long long>(st.weights_cache_evictions),
+                 static_cast<unsigned long long>(st.weights_cache_rejected));
+  }
   if (r.speculative.mode != "off") {
     const SpeculativeUsage& u = r.speculative;
     std::fprintf(stderr,
@@ -359,6 +376,7 @@ void add_run_commands(CLI::App& app) {
                   "from the file (default auto: all when they fit; docs/RESIDENCY.md)");
   run->add_option("--prefetch", o.prefetch, "Streamed weight groups read ahead, 0-4 (default 2)");
   add_mirror_options(run, &o.mirror_dir, &o.mirror_bytes);
+  add_weights_cache_options(run, &o.weights_cache, &o.weights_cache_policy);
   run->add_option("--spec", o.spec_mode,
                   "Speculative decoding: off (default), auto, ngram, draft (needs --draft-model), "
                   "mtp (needs a model with MTP layers)");

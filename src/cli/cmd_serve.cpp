@@ -79,6 +79,8 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--prefetch")) o.load.prefetch = a.opts.load.prefetch;
   if (given("--mirror-dir")) o.load.mirror_dir = a.opts.load.mirror_dir;
   if (given("--mirror-bytes")) o.load.mirror_bytes = a.opts.load.mirror_bytes;
+  if (given("--weights-cache")) o.weights_cache = a.opts.weights_cache;
+  if (given("--weights-cache-policy")) o.weights_cache_policy = a.opts.weights_cache_policy;
   if (given("--state-checkpoints")) o.load.state_checkpoints = a.opts.load.state_checkpoints;
   // ONNX models (docs/SERVER.md "ONNX models").
   const onnx::ServiceOptions& x = a.opts.onnx;
@@ -243,6 +245,7 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--prefetch", o.load.prefetch,
                   "Streamed weight groups read ahead, 0-4 (default 2)");
   add_mirror_options(cmd, &o.load.mirror_dir, &o.load.mirror_bytes);
+  add_weights_cache_options(cmd, &o.weights_cache, &o.weights_cache_policy);
   cmd->add_option("--state-checkpoints", o.load.state_checkpoints,
                   "Recurrent models: state checkpoints the prefix cache keeps per replica (0: "
                   "recompute every prompt)")

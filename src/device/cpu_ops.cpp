@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "device/cpu_ops_internal.h"
+#include "device/weights_cache.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/half.h"
@@ -171,7 +172,21 @@ void CpuOps::embed(const sdk::Weight& table, sdk::Index ids, Act out) {
                            .with("rows", w.view.n_rows()));
       return;
     }
-    matrix_row_f32(w.view, id, row(out, t));
+    if (w.cached_rows == nullptr) {
+      matrix_row_f32(w.view, id, row(out, t));
+      continue;
+    }
+    // The row's bytes from the weights cache (or the artifact), decoded as the mapping's are.
+    thread_local std::vector<uint8_t> bytes;
+    bytes.resize(w.cached_rows->row_bytes());
+    if (Status st = w.cached_rows->read(id, bytes.data()); !st.ok()) {
+      fail(Op::kEmbed, st.with("tensor", w.name));
+      return;
+    }
+    TensorView one = w.view;
+    one.data = bytes.data();
+    one.ne[1] = 1;
+    matrix_row_f32(one, 0, row(out, t));
   }
 }
 

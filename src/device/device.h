@@ -21,6 +21,8 @@
 
 namespace power {
 
+class CachedRows;
+
 struct BoundWeight {
   std::string name;
   TensorView view;
@@ -32,6 +34,8 @@ struct BoundWeight {
   int32_t stream_group = -1;
   int32_t stream_tensor = -1;
   int32_t stream_pieces = 0;
+  // Row lookups (embed) read through the weights cache instead of `view` (the model owns it).
+  const CachedRows* cached_rows = nullptr;
 };
 
 class Device {

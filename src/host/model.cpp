@@ -342,7 +342,24 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
   }
   m.packs_.add_all(matrices, drop_source);
   if (!plan.streams()) return Status();
+  // Row-lookup tables through the weights cache: each read row by row from the artifact.
+  std::map<const void*, const CachedRows*> cached;
+  if (o.weights_cache != nullptr) {
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      if (plan.tier[i] != WeightTier::kRows) continue;
+      const TensorView& v = plan_views[i];
+      POWER_ASSIGN_OR_RETURN(
+          std::unique_ptr<CachedRows> rows,
+          CachedRows::open(o.weights_cache, file.path(), plan.tensors[i].file_offset, v.row_bytes(),
+                           v.n_rows()));
+      cached[v.data] = rows.get();
+      m.weights_cache_ = o.weights_cache;
+      m.cached_rows_.push_back(std::move(rows));
+      m.unread_.emplace_back(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
+    }
+  }
   for (BoundWeight& b : weights) {
+    if (auto c = cached.find(b.view.data); c != cached.end()) b.cached_rows = c->second;
     const int i = plan_index.at(b.view.data);
     if (plan.tier[static_cast<size_t>(i)] != WeightTier::kStreamed) continue;
     b.stream_group = plan.group_of[static_cast<size_t>(i)];
@@ -487,6 +504,17 @@ void Model::lock_weights() {
     }
     locked_bytes_ += r.size();
   }
+}
+
+CachedRows::Counters Model::cached_rows_counters() const {
+  CachedRows::Counters sum;
+  for (const auto& r : cached_rows_) {
+    const CachedRows::Counters c = r->counters();
+    sum.hits += c.hits;
+    sum.misses += c.misses;
+    sum.read_bytes += c.read_bytes;
+  }
+  return sum;
 }
 
 void Model::drop_unread_pages() const {

@@ -31,6 +31,7 @@
 #include "device/kv_cache.h"
 #include "device/recurrent_state.h"
 #include "device/residency.h"
+#include "device/weights_cache.h"
 #include "device/weights_mirror.h"
 #include "device/workspace.h"
 #include "format/gguf.h"
@@ -77,6 +78,10 @@ struct LoadModelOptions {
   // mapping, their packed copies, vector copies and the streaming staging. Best effort: the
   // first failure (RLIMIT_MEMLOCK) stops it and is kept in lock_status(); the load goes on.
   bool mlock = false;
+  // Under a budget that streams: token-embedding tables (row lookups only) are read row by row
+  // from the artifact through this cache (device/weights_cache.h) instead of the mapping.
+  // Null: their rows are read from the mapping.
+  std::shared_ptr<WeightsCache> weights_cache;
 };
 
 class Model {
@@ -129,6 +134,10 @@ class Model {
   const WeightStreamer* streamer() const { return streamer_.get(); }
   // The partial mirror the streamer reads (null when none was asked for or nothing streams).
   const WeightsMirror* mirror() const { return mirror_.get(); }
+  // Tables read through LoadModelOptions::weights_cache: their counters summed.
+  CachedRows::Counters cached_rows_counters() const;
+  // That cache (null when no table reads through one).
+  const WeightsCache* weights_cache() const { return weights_cache_.get(); }
   // Bytes the weights hold in memory: the mapping's resident part plus packed copies when
   // nothing streams, else the plan's pinned bytes plus the staging slots.
   uint64_t resident_weight_bytes() const;
@@ -171,6 +180,8 @@ class Model {
   std::unique_ptr<ResidencyPlan> residency_;
   std::unique_ptr<WeightsMirror> mirror_;
   std::unique_ptr<WeightStreamer> streamer_;  // after residency_ and mirror_: it reads them
+  std::vector<std::unique_ptr<CachedRows>> cached_rows_;
+  std::shared_ptr<WeightsCache> weights_cache_;
   std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
   uint64_t locked_bytes_ = 0, lockable_bytes_ = 0;
   Status lock_status_;

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "chat/chat_template.h"
+#include "device/weights_cache.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "format/gguf.h"
@@ -461,6 +462,17 @@ RuntimeStats ModelHandle::stats() const {
     s.weights_mirror_loads = w.mirror_loads;
     s.weights_mirror_bytes_read = w.mirror_bytes_read;
     s.weights_mirror_fallbacks = w.mirror_fallbacks;
+    const CachedRows::Counters c = slots_.front()->model->cached_rows_counters();
+    s.weights_cache_hits = c.hits;
+    s.weights_cache_misses = c.misses;
+    s.weights_cache_read_bytes = c.read_bytes;
+  }
+  if (!slots_.empty() && slots_.front()->model->weights_cache() != nullptr) {
+    const WeightsCacheStats c = slots_.front()->model->weights_cache()->stats();
+    s.weights_cache_bytes = c.bytes;
+    s.weights_cache_capacity_bytes = c.capacity_bytes;
+    s.weights_cache_evictions = c.evictions;
+    s.weights_cache_rejected = c.rejected;
   }
   return s;
 }
@@ -498,6 +510,30 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->tensor_manifest_dir_ = options.tensor_manifest_dir.empty()     ? default_tensor_manifest_dir()
                              : options.tensor_manifest_dir == "none" ? std::string()
                                                                      : options.tensor_manifest_dir;
+  if (!options.weights_cache.empty()) {
+    POWER_ASSIGN_OR_RETURN(const CachePolicy policy,
+                           parse_cache_policy(options.weights_cache_policy));
+    auto size = parse_weights_budget(options.weights_cache);  // the budget's byte syntax
+    auto bytes = size.ok() && !size->percent
+                     ? Result<uint64_t>(size->resolve(0))
+                     : Result<uint64_t>(Status(StatusCode::kInvalidArgument, ""));
+    if (!bytes.ok()) {
+      return Status(StatusCode::kInvalidArgument, "bad weights cache size")
+          .with("weights_cache", options.weights_cache)
+          .with("expected", "bytes such as 64M or 1GiB");
+    }
+    if (*bytes > rt->budget_bytes_) {
+      return Status(StatusCode::kResourceExhausted, "the weights cache does not fit the budget")
+          .with("weights_cache_bytes", *bytes)
+          .with("budget_bytes", rt->budget_bytes_);
+    }
+    if (*bytes > 0) {
+      rt->weights_cache_ = std::make_shared<WeightsCache>(*bytes, policy);
+      rt->committed_bytes_ += *bytes;
+    }
+  } else if (!parse_cache_policy(options.weights_cache_policy).ok()) {
+    return parse_cache_policy(options.weights_cache_policy).status();
+  }
   return rt;
 }
 
@@ -728,6 +764,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
   model_options.prefetch = o.prefetch;
   model_options.mirror_dir = o.mirror_dir;
   model_options.mlock = o.mlock;
+  model_options.weights_cache = weights_cache_;
   // The plaintext's tensor digests of an encrypted model stay in memory.
   model_options.tensor_manifest_dir = model_file.encrypted ? std::string() : tensor_manifest_dir_;
   POWER_ASSIGN_OR_RETURN(model_options.mirror_bytes, parse_mirror_bytes(o.mirror_bytes));

@@ -248,6 +248,36 @@ std::string Metrics::render(const std::vector<ModelGauges>& models,
             "Mirror reads that failed (error, short read, checksum) and were served from the "
             "artifact, per model.",
             [](const G& m) { return m.stats.weights_mirror_fallbacks; });
+  per_model("power_weights_cache_hits_total", "counter",
+            "Token-embedding rows served by the weights cache, per model.",
+            [](const G& m) { return m.stats.weights_cache_hits; });
+  per_model("power_weights_cache_misses_total", "counter",
+            "Token-embedding rows the weights cache did not hold (read from the artifact), per "
+            "model.",
+            [](const G& m) { return m.stats.weights_cache_misses; });
+  // The cache is the runtime's, shared by its models: one sample.
+  {
+    const G* c = nullptr;
+    for (const auto& m : models) {
+      if (m.stats.weights_cache_capacity_bytes > 0) c = &m;
+    }
+    header("power_weights_cache_bytes", "gauge",
+           "Bytes held by the weights cache (shared by the models).");
+    o += fmt::format("power_weights_cache_bytes {}\n", c ? c->stats.weights_cache_bytes : 0);
+    header("power_weights_cache_capacity_bytes", "gauge",
+           "The weights cache's capacity (0: none).");
+    o += fmt::format("power_weights_cache_capacity_bytes {}\n",
+                     c ? c->stats.weights_cache_capacity_bytes : 0);
+    header("power_weights_cache_evictions_total", "counter",
+           "Pieces the weights cache evicted to admit others.");
+    o += fmt::format("power_weights_cache_evictions_total {}\n",
+                     c ? c->stats.weights_cache_evictions : 0);
+    header("power_weights_cache_rejected_total", "counter",
+           "Pieces the weights cache's admission check refused (lfru: not hotter than what they "
+           "would evict).");
+    o += fmt::format("power_weights_cache_rejected_total {}\n",
+                     c ? c->stats.weights_cache_rejected : 0);
+  }
   per_model("power_prefix_state_checkpoints", "gauge",
             "Recurrent-state checkpoints held by the prefix cache, per model.",
             [](const G& m) { return m.stats.prefix_state_checkpoints; });

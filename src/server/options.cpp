@@ -160,6 +160,10 @@ Status apply_config_json(const json& config, ServerOptions* o) {
       POWER_RETURN_IF_ERROR(integer(&o->load.prefetch, 0, 4));
     } else if (key == "mirror_dir") {
       POWER_RETURN_IF_ERROR(str(&o->load.mirror_dir));
+    } else if (key == "weights_cache") {
+      POWER_RETURN_IF_ERROR(str(&o->weights_cache));
+    } else if (key == "weights_cache_policy") {
+      POWER_RETURN_IF_ERROR(str(&o->weights_cache_policy));
     } else if (key == "mirror_bytes") {
       POWER_RETURN_IF_ERROR(str(&o->load.mirror_bytes));
     } else if (key == "store_home") {

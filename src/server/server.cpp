@@ -1138,7 +1138,16 @@ void Server::Impl::register_routes(httplib::Server& s) {
                                 {"bytes", info.weights_mirror_bytes},
                                 {"group_reads", stats.weights_mirror_loads},
                                 {"read_bytes", stats.weights_mirror_bytes_read},
-                                {"fallbacks", stats.weights_mirror_fallbacks}}}};
+                                {"fallbacks", stats.weights_mirror_fallbacks}}},
+          {"cache", stats.weights_cache_capacity_bytes == 0
+                        ? json(nullptr)
+                        : json{{"hits", stats.weights_cache_hits},
+                               {"misses", stats.weights_cache_misses},
+                               {"read_bytes", stats.weights_cache_read_bytes},
+                               {"bytes", stats.weights_cache_bytes},
+                               {"capacity_bytes", stats.weights_cache_capacity_bytes},
+                               {"evictions", stats.weights_cache_evictions},
+                               {"rejected", stats.weights_cache_rejected}}}};
       entry.update(json{
           {"name", m->id},
           {"model", m->source},
@@ -1277,7 +1286,10 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options) {
     }
     impl->listeners.push_back(std::move(l));
   }
-  POWER_ASSIGN_OR_RETURN(impl->runtime, Runtime::create({}));
+  RuntimeOptions ro;
+  ro.weights_cache = o.weights_cache;
+  ro.weights_cache_policy = o.weights_cache_policy;
+  POWER_ASSIGN_OR_RETURN(impl->runtime, Runtime::create(ro));
   impl->registry = std::make_unique<ModelRegistry>(impl->runtime.get(), o.load, o.resolve_model);
   if (o.onnx.any()) {
     POWER_ASSIGN_OR_RETURN(impl->onnx, onnx::Service::create(o.onnx, o.resolve_model));
@@ -1442,7 +1454,10 @@ Result<json> memory_plan(const ServerOptions& options) {
   for (const auto& lib : options.model_libs) {
     POWER_RETURN_IF_ERROR(sdk::load_model_library(lib));
   }
-  POWER_ASSIGN_OR_RETURN(auto runtime, Runtime::create({}));
+  RuntimeOptions ro;
+  ro.weights_cache = options.weights_cache;
+  ro.weights_cache_policy = options.weights_cache_policy;
+  POWER_ASSIGN_OR_RETURN(auto runtime, Runtime::create(ro));
   ModelRegistry registry(runtime.get(), options.load, options.resolve_model);
   json models = json::array();
   uint64_t total = 0;

@@ -36,6 +36,9 @@ struct ServerOptions {
   // same limits, authentication, TLS and drain.
   std::vector<std::string> listen;
   std::vector<std::string> models;  // files or store names loaded at start
+  // The runtime's weights cache (RuntimeOptions::weights_cache, weights_cache_policy).
+  std::string weights_cache;
+  std::string weights_cache_policy = "lfru";
   // Model plugins (power/sdk/plugin.h) loaded before the models: their architectures can be
   // served like the built-in ones.
   std::vector<std::string> model_libs;

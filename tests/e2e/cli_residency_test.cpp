@@ -66,6 +66,42 @@ TEST(CliResidency, RunWithEveryMatrixStreamedEqualsLlama2c) {
   EXPECT_NE(bad.err.find("bad weights budget"), std::string::npos) << bad.err;
 }
 
+// `power run --weights-cache`: token-embedding rows through the LFRU (or LRU) cache give
+// llama2.c's text too, and --verbose counts the cache's hits and misses.
+TEST(CliResidency, WeightsCacheServesEmbeddingRows) {
+  POWER_REQUIRE_SHARED();
+  for (const char* policy : {"lfru", "lru"}) {
+    SCOPED_TRACE(policy);
+    auto r = run_power({"run", "-m", stories("stories260K-F32.gguf"), "-n", "256", "--temp", "0",
+                        "--ctx", "512", "-t", "2", "--weights-budget", "0%", "--weights-cache",
+                        "64KiB", "--weights-cache-policy", policy, "--verbose"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, testing::read_file(stories("expected_greedy_t0_n256.txt")));
+    unsigned long long hits = 0, misses = 0, read = 0, held = 0, cap = 0;
+    const size_t at = r.err.find("weights cache: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    ASSERT_EQ(std::sscanf(r.err.c_str() + at,
+                          "weights cache: %llu hits, %llu misses (%llu bytes read), %llu of %llu",
+                          &hits, &misses, &read, &held, &cap),
+              5)
+        << r.err.substr(at);
+    // 256 lookups: BOS, then each generated token but the last is fed back; most of them
+    // repeats in a 512-token vocabulary. A row is 64 floats.
+    EXPECT_EQ(hits + misses, 256u);
+    EXPECT_GT(hits, misses);
+    EXPECT_EQ(read, misses * 64 * 4);
+    EXPECT_EQ(cap, 65536u);
+    EXPECT_LE(held, cap);
+  }
+  auto bad = run_power({"run", "-m", stories("stories260K-F32.gguf"), "--weights-budget", "0%",
+                        "--weights-cache", "lots", "-p", "x"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("bad weights cache size"), std::string::npos) << bad.err;
+  auto bad_policy = run_power(
+      {"run", "-m", stories("stories260K-F32.gguf"), "--weights-cache-policy", "mru", "-p", "x"});
+  EXPECT_NE(bad_policy.exit_code, 0);
+}
+
 // `power run --mlock` locks the weights in RAM (-v says how much) and gives the same text.
 // Under a memlock limit of 64 KiB (and, as root, without CAP_IPC_LOCK, which ignores the
 // limit) it warns and still answers; with --require-mlock it refuses with the numbers.

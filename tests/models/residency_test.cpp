@@ -18,8 +18,10 @@
 #include "base/file.h"
 #include "base/sha256.h"
 #include "device/residency.h"
+#include "device/weights_cache.h"
 #include "device/weights_mirror.h"
 #include "host/model.h"
+#include "power/runtime.h"
 #include "test_util.h"
 
 namespace power {
@@ -828,6 +830,287 @@ TEST(ResidencyModels, MlockLocksWhatTheKernelsRead) {
       EXPECT_EQ(got.greedy, ref.greedy);
     }
   }
+}
+
+}  // namespace
+}  // namespace power
+
+namespace power {
+namespace {
+
+// The weights cache's policies (device/weights_cache.h), by arithmetic on small pieces.
+constexpr uint64_t kPiece = 64;
+
+std::vector<uint8_t> piece_of(uint64_t item) {
+  std::vector<uint8_t> p(kPiece);
+  for (uint64_t i = 0; i < kPiece; ++i) p[i] = static_cast<uint8_t>(item * 131 + i * 7);
+  return p;
+}
+
+// One access the way CachedRows does it: a hit's bytes are checked, a miss offers the piece.
+bool access(WeightsCache& c, uint64_t item) {
+  std::vector<uint8_t> got(kPiece);
+  const std::vector<uint8_t> want = piece_of(item);
+  if (c.lookup(1, item, got.data(), kPiece)) {
+    EXPECT_EQ(got, want) << "item " << item;
+    return true;
+  }
+  c.offer(1, item, want.data(), kPiece);
+  return false;
+}
+
+TEST(WeightsCache, PolicyNames) {
+  EXPECT_EQ(*parse_cache_policy("lfru"), CachePolicy::kLfru);
+  EXPECT_EQ(*parse_cache_policy("lru"), CachePolicy::kLru);
+  for (const char* bad : {"", "LFRU", "lfu", "arc"}) {
+    auto p = parse_cache_policy(bad);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+// Four pieces used ten times each, then a scan of 1000 pieces used once, through a cache of 8
+// pieces: under lfru the four are still held (a once-used piece has heat 1, each of them 10,
+// so admission refuses to evict them); under lru the scan wiped them.
+TEST(WeightsCache, ACyclicScanDoesNotWipeHotPiecesUnderLfru) {
+  for (CachePolicy policy : {CachePolicy::kLfru, CachePolicy::kLru}) {
+    SCOPED_TRACE(std::string(cache_policy_name(policy)));
+    WeightsCache c(8 * kPiece, policy);
+    for (int round = 0; round < 10; ++round) {
+      for (uint64_t hot = 0; hot < 4; ++hot) EXPECT_EQ(access(c, hot), round > 0);
+    }
+    for (uint64_t cold = 100; cold < 1100; ++cold) {
+      EXPECT_FALSE(access(c, cold));
+      EXPECT_LE(c.stats().bytes, 8 * kPiece);
+    }
+    int hot_hits = 0;
+    for (uint64_t hot = 0; hot < 4; ++hot) hot_hits += access(c, hot) ? 1 : 0;
+    const WeightsCacheStats s = c.stats();
+    EXPECT_EQ(s.hits + s.misses, 40u + 1000u + 4u);
+    if (policy == CachePolicy::kLfru) {
+      EXPECT_EQ(hot_hits, 4);
+      EXPECT_GT(s.rejected, 0u);
+    } else {
+      EXPECT_EQ(hot_hits, 0);
+      EXPECT_EQ(s.rejected, 0u);
+      EXPECT_EQ(s.evictions, 1000u - 4u + 4u);  // the scan fills 4 free slots, then evicts
+    }
+  }
+}
+
+// heat = accesses (the first one counted by the sketch), halved every 4096 accesses; score =
+// heat * 256 + 255 - min(age / 16, 255).
+TEST(WeightsCache, HeatAndScoreFollowTheFormula) {
+  WeightsCache c(64 * kPiece, CachePolicy::kLfru);
+  EXPECT_FALSE(access(c, 7));  // clock 1: a miss, admitted with heat 1
+  EXPECT_EQ(*c.heat(1, 7), 1u);
+  EXPECT_EQ(*c.score(1, 7), 1u * 256 + 255);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(access(c, 7));  // clock 5
+  EXPECT_EQ(*c.heat(1, 7), 5u);
+  EXPECT_EQ(*c.score(1, 7), 5u * 256 + 255);
+  std::vector<uint8_t> scratch(kPiece);
+  for (int i = 0; i < 32; ++i) c.lookup(1, 99, scratch.data(), kPiece);  // clock 37: age 32
+  EXPECT_EQ(*c.score(1, 7), 5u * 256 + 255 - 2);
+  for (uint64_t t = 37; t < WeightsCache::kHalvingPeriod; ++t) {
+    c.lookup(1, 99, scratch.data(), kPiece);
+  }
+  // Clock 4096: heat 5 -> 2; age 4091 accesses, 255 units at most.
+  EXPECT_EQ(*c.heat(1, 7), 2u);
+  EXPECT_EQ(*c.score(1, 7), 2u * 256 + 0);
+  EXPECT_FALSE(c.heat(1, 99).has_value());  // looked up, never offered
+}
+
+// A cache of one piece holding a piece of heat 3: a piece seen once is refused; seen five
+// times, it is hotter and evicts it.
+TEST(WeightsCache, AdmissionComparesScores) {
+  WeightsCache c(kPiece, CachePolicy::kLfru);
+  for (int i = 0; i < 3; ++i) access(c, 1);
+  EXPECT_FALSE(access(c, 2));
+  EXPECT_EQ(c.stats().rejected, 1u);
+  EXPECT_TRUE(c.heat(1, 1).has_value());
+  std::vector<uint8_t> scratch(kPiece);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(c.lookup(1, 2, scratch.data(), kPiece));
+  EXPECT_FALSE(access(c, 2));  // heat 5 > 3: admitted
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_FALSE(c.heat(1, 1).has_value());
+  EXPECT_EQ(*c.heat(1, 2), 5u);
+  // Larger than the whole cache: refused.
+  std::vector<uint8_t> big(2 * kPiece, 1);
+  EXPECT_FALSE(c.offer(1, 3, big.data(), big.size()));
+}
+
+TEST(WeightsCache, LruEvictsTheLeastRecentAndOwnersDropTheirs) {
+  WeightsCache c(2 * kPiece, CachePolicy::kLru);
+  access(c, 1);
+  access(c, 2);
+  EXPECT_TRUE(access(c, 1));
+  access(c, 3);  // evicts 2
+  EXPECT_TRUE(c.heat(1, 1).has_value());
+  EXPECT_FALSE(c.heat(1, 2).has_value());
+  EXPECT_TRUE(c.heat(1, 3).has_value());
+  const uint64_t other = c.new_owner();
+  EXPECT_NE(other, c.new_owner());
+  c.drop_owner(1);
+  EXPECT_EQ(c.stats().entries, 0u);
+  EXPECT_EQ(c.stats().bytes, 0u);
+}
+
+// Threads hammering one cache: every hit returns the piece's own bytes, the byte count stays
+// within the capacity, every access is counted once.
+TEST(WeightsCache, ConcurrentAccessKeepsPiecesIntact) {
+  for (CachePolicy policy : {CachePolicy::kLfru, CachePolicy::kLru}) {
+    WeightsCache c(64 * kPiece, policy);
+    constexpr int kThreads = 4, kAccesses = 20000;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&c, t] {
+        uint64_t x = 12345 + static_cast<uint64_t>(t);
+        for (int i = 0; i < kAccesses; ++i) {
+          x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+          const uint64_t r = (x >> 33) % 1000;
+          access(c, r < 700 ? r % 32 : r);  // 70 % on 32 hot pieces
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    const WeightsCacheStats s = c.stats();
+    EXPECT_EQ(s.hits + s.misses, static_cast<uint64_t>(kThreads) * kAccesses);
+    EXPECT_LE(s.bytes, 64 * kPiece);
+    EXPECT_EQ(s.bytes, s.entries * kPiece);
+    EXPECT_GT(s.hits, s.misses);
+  }
+}
+
+// A model whose weights stream reads its token-embedding rows through the cache: the same
+// bits as the resident model, one miss per distinct token and a hit for every repeat.
+TEST(ResidencyModels, EmbeddingRowsThroughTheWeightsCacheAreTheSameBits) {
+  POWER_REQUIRE_SHARED();
+  const std::string path = testing::shared_dir() + "/fixtures/models/llama/llama-Q8_0.gguf";
+  const auto tokens =
+      testing::read_ids(std::filesystem::path(path).parent_path().string() + "/tokens.txt");
+  auto plain = open_model(path, "", 2);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  const PassResult ref = run_model(**plain, tokens);
+  uint64_t row_bytes = 0;
+  for (const GgufTensor& t : (*plain)->file().tensors()) {
+    if (t.name == "token_embd.weight") row_bytes = t.n_bytes / t.rows();
+  }
+  ASSERT_GT(row_bytes, 0u);
+  for (CachePolicy policy : {CachePolicy::kLfru, CachePolicy::kLru}) {
+    // Room for every row, and for three (evictions, and under lfru refusals).
+    for (uint64_t capacity : {uint64_t{1} << 20, 3 * row_bytes}) {
+      SCOPED_TRACE(std::string(cache_policy_name(policy)) + " " + std::to_string(capacity));
+      auto cache = std::make_shared<WeightsCache>(capacity, policy);
+      auto f = GgufFile::open(path);
+      ASSERT_TRUE(f.ok());
+      LoadModelOptions o;
+      o.weights_budget = *parse_weights_budget("0%");
+      o.sha256 = "00";
+      o.weights_cache = cache;
+      auto m = load_model(std::shared_ptr<const GgufFile>(std::move(*f)), o);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      ASSERT_EQ((*m)->weights_cache(), cache.get());
+      const PassResult got = run_model(**m, tokens);
+      EXPECT_TRUE(same_bits(got.logits, ref.logits));
+      EXPECT_EQ(got.greedy, ref.greedy);
+      // Rows looked up: the 48 tokens, then the first 16 again, then the 24 greedy ones (each
+      // fed back).
+      std::vector<int32_t> looked(tokens.begin(), tokens.end());
+      looked.insert(looked.end(), tokens.begin(), tokens.begin() + 16);
+      looked.insert(looked.end(), got.greedy.begin(), got.greedy.end());
+      std::vector<int32_t> distinct = looked;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      const CachedRows::Counters n = (*m)->cached_rows_counters();
+      EXPECT_EQ(n.hits + n.misses, looked.size());
+      EXPECT_EQ(n.read_bytes, n.misses * row_bytes);
+      const WeightsCacheStats cs = cache->stats();
+      if (capacity > distinct.size() * row_bytes) {  // holds every row: one miss per row
+        EXPECT_EQ(n.misses, distinct.size());
+        EXPECT_EQ(cs.evictions, 0u);
+        EXPECT_EQ(cs.bytes, distinct.size() * row_bytes);
+      } else {
+        EXPECT_GT(n.misses, distinct.size());
+        EXPECT_GT(cs.evictions + cs.rejected, 0u);
+        EXPECT_LE(cs.bytes, capacity);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace power
+
+namespace power {
+namespace {
+
+// RuntimeOptions::weights_cache / weights_cache_policy (the server's config keys and power
+// run's flags end here): bad values are refused with the reason; the cache is charged to the
+// memory budget.
+TEST(WeightsCache, RuntimeOptionsAreChecked) {
+  auto make = [](std::string bytes, std::string policy, uint64_t budget = 0) {
+    RuntimeOptions o;
+    o.memory_budget_bytes = budget;
+    o.weights_cache = std::move(bytes);
+    o.weights_cache_policy = std::move(policy);
+    return Runtime::create(o);
+  };
+  EXPECT_TRUE(make("64M", "lfru").ok());
+  EXPECT_TRUE(make("", "lru").ok());
+  EXPECT_TRUE(make("0", "lfru").ok());
+  auto bad_size = make("lots", "lfru");
+  ASSERT_FALSE(bad_size.ok());
+  EXPECT_NE(bad_size.status().message().find("bad weights cache size"), std::string::npos);
+  EXPECT_FALSE(make("50%", "lfru").ok());  // bytes, not a share of a model
+  auto bad_policy = make("64M", "mru");
+  ASSERT_FALSE(bad_policy.ok());
+  EXPECT_EQ(bad_policy.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(make("", "mru").ok());
+  auto too_big = make("2G", "lfru", 1000000000);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
+}
+
+// Two models under one runtime share its cache: each counts its own lookups, the cache holds
+// the rows of both (F32 rows of 64 floats, F16 rows of 64 halves; no eviction in 1 MiB).
+TEST(WeightsCache, ModelsOfOneRuntimeShareIt) {
+  POWER_REQUIRE_SHARED();
+  RuntimeOptions ro;
+  ro.weights_cache = "1MiB";
+  auto rt = Runtime::create(ro);
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  const std::string dir = testing::shared_dir() + "/models/stories260K/";
+  LoadOptions lo;
+  lo.n_ctx = 256;
+  lo.threads = 1;
+  lo.weights_budget = "0%";
+  auto f32 = (*rt)->load(dir + "stories260K-F32.gguf", lo);
+  ASSERT_TRUE(f32.ok()) << f32.status().to_string();
+  auto f16 = (*rt)->load(dir + "stories260K-F16.gguf", lo);
+  ASSERT_TRUE(f16.ok()) << f16.status().to_string();
+  uint64_t lookups = 0;
+  for (ModelHandle* m : {&*f32, &*f16}) {
+    GenerateRequest r;
+    r.prompt = "Once upon a time";
+    r.max_tokens = 32;
+    r.sampling.temperature = 0;
+    auto h = (*rt)->submit(*m, std::move(r));
+    ASSERT_TRUE(h.ok());
+    const Completion c = h->wait();
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    lookups += c.usage.prompt_tokens + c.usage.completion_tokens - 1;
+  }
+  const RuntimeStats a = f32->stats(), b = f16->stats();
+  EXPECT_EQ(
+      a.weights_cache_hits + a.weights_cache_misses + b.weights_cache_hits + b.weights_cache_misses,
+      lookups);
+  EXPECT_GT(a.weights_cache_misses, 0u);
+  EXPECT_GT(b.weights_cache_misses, 0u);
+  EXPECT_EQ(a.weights_cache_capacity_bytes, 1048576u);
+  EXPECT_EQ(a.weights_cache_bytes, b.weights_cache_bytes);
+  EXPECT_EQ(a.weights_cache_evictions, 0u);
+  EXPECT_EQ(a.weights_cache_bytes,
+            a.weights_cache_misses * 64 * 4 + b.weights_cache_misses * 64 * 2);
 }
 
 }  // namespace

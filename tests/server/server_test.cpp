@@ -419,14 +419,17 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
   EXPECT_EQ(ps0["residency"], "mmap");
   EXPECT_EQ(ps0["weights"]["streamed_bytes"], 0);
   EXPECT_EQ(ps0["weights"]["locked_bytes"], 0);
+  EXPECT_TRUE(ps0["weights"]["cache"].is_null());
   TearDown();
   ServerOptions o;
   o.models = {stories("stories260K-F32.gguf")};
   o.load.n_ctx = 512;
   o.load.threads = 1;
-  ASSERT_TRUE(
-      apply_config_json(json::parse(R"({"weights_budget":"0%","prefetch":1,"mlock":true})"), &o)
-          .ok());
+  o.warmup = false;  // so that the cache's lookups are this test's request's alone
+  ASSERT_TRUE(apply_config_json(json::parse(R"({"weights_budget":"0%","prefetch":1,"mlock":true,
+                                         "weights_cache":"64KiB","weights_cache_policy":"lfru"})"),
+                                &o)
+                  .ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"prefetch":5})"), &o).ok());
   EXPECT_FALSE(apply_config_json(json::parse(R"({"mlock":"yes"})"), &o).ok());
   start(std::move(o));
@@ -456,6 +459,25 @@ TEST_F(ServerFixture, StreamedWeightsServeTheSameTextAndAreReported) {
       << metrics;
   EXPECT_NE(metrics.find("power_weights_read_bytes_total{model=\"stories260K-F32\"} " +
                          std::to_string(w["read_bytes"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
+  // weights_cache: the token-embedding rows went through it, one lookup per token fed in (the
+  // prompt, then every generated token but the last).
+  const json& c = w["cache"];
+  ASSERT_TRUE(c.is_object()) << w.dump();
+  const json usage = json::parse(streamed.body)["usage"];
+  EXPECT_EQ(
+      c["hits"].get<uint64_t>() + c["misses"].get<uint64_t>(),
+      usage["prompt_tokens"].get<uint64_t>() + usage["completion_tokens"].get<uint64_t>() - 1);
+  EXPECT_EQ(c["capacity_bytes"], 65536);
+  EXPECT_EQ(c["read_bytes"].get<uint64_t>(), c["misses"].get<uint64_t>() * 64 * 4);
+  EXPECT_NE(metrics.find("power_weights_cache_capacity_bytes 65536\n"), std::string::npos);
+  EXPECT_NE(metrics.find("power_weights_cache_misses_total{model=\"stories260K-F32\"} " +
+                         std::to_string(c["misses"].get<uint64_t>()) + "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("power_weights_cache_hits_total{model=\"stories260K-F32\"} " +
+                         std::to_string(c["hits"].get<uint64_t>()) + "\n"),
             std::string::npos)
       << metrics;
 }
