@@ -42,7 +42,6 @@ size_t WeightsCache::KeyHash::operator()(const Key& k) const {
 
 WeightsCache::WeightsCache(uint64_t capacity_bytes, CachePolicy policy)
     : capacity_(capacity_bytes), policy_(policy) {
-  stats_.capacity_bytes = capacity_bytes;
   if (policy_ == CachePolicy::kLfru) sketch_.assign(4 * kSketchWidth, 0);
 }
 
@@ -194,7 +193,9 @@ bool WeightsCache::offer(uint64_t owner, uint64_t item, const uint8_t* src, uint
 
 WeightsCacheStats WeightsCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  WeightsCacheStats s = stats_;
+  s.capacity_bytes = capacity_;
+  return s;
 }
 
 std::optional<uint32_t> WeightsCache::score(uint64_t owner, uint64_t item) const {

@@ -460,11 +460,14 @@ Result<std::unique_ptr<Model>> load_draft_head(const Model& main) {
 void Model::lock_weights() {
   // What the kernels read from memory, each region once: a resident weight's rows in the
   // mapping (past the rows its packed copy serves), the packed copy, its f32 copy; the
-  // streamer's staging slots and read buffers.
+  // streamer's staging slots and read buffers. Not streamed weights, nor tables whose rows come
+  // through the weights cache (their pages in the mapping are dropped, not read).
   std::vector<std::span<const uint8_t>> regions;
   std::set<const void*> seen;
   for (const BoundWeight& b : weights_) {
-    if (b.stream_group >= 0 || !seen.insert(b.view.data).second) continue;
+    if (b.stream_group >= 0 || b.cached_rows != nullptr || !seen.insert(b.view.data).second) {
+      continue;
+    }
     const uint64_t bytes = b.view.row_bytes() * static_cast<uint64_t>(b.view.n_rows());
     uint64_t skip = 0;
     if (std::span<const uint8_t> packed = packed_copy_bytes(b.view); !packed.empty()) {

@@ -510,29 +510,25 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   rt->tensor_manifest_dir_ = options.tensor_manifest_dir.empty()     ? default_tensor_manifest_dir()
                              : options.tensor_manifest_dir == "none" ? std::string()
                                                                      : options.tensor_manifest_dir;
+  POWER_ASSIGN_OR_RETURN(const CachePolicy policy,
+                         parse_cache_policy(options.weights_cache_policy));
   if (!options.weights_cache.empty()) {
-    POWER_ASSIGN_OR_RETURN(const CachePolicy policy,
-                           parse_cache_policy(options.weights_cache_policy));
     auto size = parse_weights_budget(options.weights_cache);  // the budget's byte syntax
-    auto bytes = size.ok() && !size->percent
-                     ? Result<uint64_t>(size->resolve(0))
-                     : Result<uint64_t>(Status(StatusCode::kInvalidArgument, ""));
-    if (!bytes.ok()) {
+    if (!size.ok() || size->percent) {
       return Status(StatusCode::kInvalidArgument, "bad weights cache size")
           .with("weights_cache", options.weights_cache)
           .with("expected", "bytes such as 64M or 1GiB");
     }
-    if (*bytes > rt->budget_bytes_) {
+    const uint64_t bytes = size->resolve(0);
+    if (bytes > rt->budget_bytes_) {
       return Status(StatusCode::kResourceExhausted, "the weights cache does not fit the budget")
-          .with("weights_cache_bytes", *bytes)
+          .with("weights_cache_bytes", bytes)
           .with("budget_bytes", rt->budget_bytes_);
     }
-    if (*bytes > 0) {
-      rt->weights_cache_ = std::make_shared<WeightsCache>(*bytes, policy);
-      rt->committed_bytes_ += *bytes;
+    if (bytes > 0) {
+      rt->weights_cache_ = std::make_shared<WeightsCache>(bytes, policy);
+      rt->committed_bytes_ += bytes;
     }
-  } else if (!parse_cache_policy(options.weights_cache_policy).ok()) {
-    return parse_cache_policy(options.weights_cache_policy).status();
   }
   return rt;
 }
