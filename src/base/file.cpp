@@ -141,7 +141,7 @@ void MappedFile::advise(size_t offset, size_t length, AccessHint hint) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, length + (offset - begin), advice_of(hint));
 }
 
-void MappedFile::release(size_t offset, size_t length) const {
+void MappedFile::release(size_t offset, size_t length, PageCache cache) const {
   if (data_ == nullptr || offset >= size_ || is_secure_memory()) return;
   if (length > size_ - offset) length = size_ - offset;
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -149,7 +149,7 @@ void MappedFile::release(size_t offset, size_t length) const {
   const size_t end = (offset + length) / page * page;
   if (end <= begin) return;
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
-  if (path_.empty()) return;
+  if (path_.empty() || cache == PageCache::kKeep) return;
   UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.valid()) {
     ::posix_fadvise(fd.get(), static_cast<off_t>(begin), static_cast<off_t>(end - begin),

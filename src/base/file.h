@@ -83,10 +83,13 @@ class MappedFile {
 
   // madvise over a byte range of the mapping (rounded out to pages). Best effort.
   void advise(size_t offset, size_t length, AccessHint hint) const;
+  // What release() does with the pages in the page cache.
+  enum class PageCache { kDrop, kKeep };
   // Drops the whole pages inside [offset, offset + length) from this process's resident set
-  // and asks the kernel to drop them from the page cache (the bytes stay readable: a later
-  // access reads them again from the file). No effect on adopted (secure) memory. Best effort.
-  void release(size_t offset, size_t length) const;
+  // (the bytes stay readable: a later access maps them again, from the page cache or the file)
+  // and, with kDrop, asks the kernel to drop them from the page cache too. No effect on adopted
+  // (secure) memory. Best effort.
+  void release(size_t offset, size_t length, PageCache cache = PageCache::kDrop) const;
 
  private:
   const uint8_t* data_ = nullptr;

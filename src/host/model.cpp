@@ -325,22 +325,34 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     const size_t v = index.at(base + plan.tensors[i].file_offset);
     if (plan.tier[i] == WeightTier::kPinned && matrix(v)) matrices.push_back(views[v]);
   }
-  // Packed in one call so that the copies share one huge-page region. Under a budget each
-  // matrix's pages in the mapping are dropped as soon as its copy is made, so the load's peak
-  // stays near the pinned bytes instead of twice them.
+  // Packed in one call so that the copies share one huge-page region. Each matrix's pages in
+  // the mapping leave the process as soon as its copy is made, so the load's peak stays near
+  // the resident bytes instead of twice them, and so does the RSS afterwards. Under a budget
+  // they leave the page cache too; at a full budget they stay there (a reload or a second
+  // process finds them), unmapped only.
   // A packed matrix's bytes the kernels no longer read in the mapping: its rows up to the last
   // full group of 8 (the rows past it are still read from the original layout).
   auto packed_rows_bytes = [](const TensorView& v) {
     return v.row_bytes() * static_cast<uint64_t>(v.ne[1] / 8 * 8);
   };
-  std::function<void(const TensorView&)> drop_source;
-  if (plan.streams()) {
-    drop_source = [&](const TensorView& v) {
-      const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - base);
-      file.mapping().release(offset, packed_rows_bytes(v));
-    };
+  m.unread_cache_ = plan.streams() ? MappedFile::PageCache::kDrop : MappedFile::PageCache::kKeep;
+  m.packs_.add_all(matrices, [&](const TensorView& v) {
+    const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - base);
+    file.mapping().release(offset, packed_rows_bytes(v), m.unread_cache_);
+  });
+  // What the kernels will not read from the mapping (streamed tensors, and packed matrices
+  // now served from their copies) leaves the process's resident set (and, under a budget, the
+  // page cache), here and after any later pass over every tensor's bytes. Decrypted weights
+  // are not a mapping: their bytes stay.
+  const bool mapped = !file.mapping().is_secure_memory();
+  for (size_t i = 0; i < plan.tensors.size() && mapped; ++i) {
+    const size_t v = index.at(base + plan.tensors[i].file_offset);
+    if (plan.tier[i] == WeightTier::kStreamed) {
+      m.unread_.emplace_back(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
+    } else if (plan.tier[i] == WeightTier::kPinned && matrix(v) && matmul_uses_repacked(views[v])) {
+      m.unread_.emplace_back(plan.tensors[i].file_offset, packed_rows_bytes(views[v]));
+    }
   }
-  m.packs_.add_all(matrices, drop_source);
   if (!plan.streams()) return Status();
   // Row-lookup tables through the weights cache: each read row by row from the artifact.
   std::map<const void*, const CachedRows*> cached;
@@ -365,16 +377,6 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
     b.stream_group = plan.group_of[static_cast<size_t>(i)];
     b.stream_tensor = i;
     b.stream_pieces = plan.pieces[static_cast<size_t>(i)];
-  }
-  // What the kernels will not read from the mapping (streamed tensors, and packed matrices
-  // now served from their copies) leaves the process's resident set and the page cache.
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    const size_t v = index.at(base + plan.tensors[i].file_offset);
-    if (plan.tier[i] == WeightTier::kStreamed) {
-      m.unread_.emplace_back(plan.tensors[i].file_offset, plan.tensors[i].file_bytes);
-    } else if (plan.tier[i] == WeightTier::kPinned && matrix(v) && matmul_uses_repacked(views[v])) {
-      m.unread_.emplace_back(plan.tensors[i].file_offset, packed_rows_bytes(views[v]));
-    }
   }
   m.drop_unread_pages();
   POWER_LOG_INFO(
@@ -521,11 +523,16 @@ CachedRows::Counters Model::cached_rows_counters() const {
 }
 
 void Model::drop_unread_pages() const {
-  for (const auto& [offset, bytes] : unread_) file_->mapping().release(offset, bytes);
+  for (const auto& [offset, bytes] : unread_)
+    file_->mapping().release(offset, bytes, unread_cache_);
 }
 
 uint64_t Model::resident_weight_bytes() const {
-  if (streamer_ == nullptr) return file_->file_size() + packs_.bytes();
+  if (streamer_ == nullptr) {
+    uint64_t unread = 0;
+    for (const auto& [offset, bytes] : unread_) unread += bytes;
+    return file_->file_size() - unread + packs_.bytes();
+  }
   return residency_->pinned_bytes + streamer_->staging_bytes();
 }
 

@@ -138,12 +138,12 @@ class Model {
   CachedRows::Counters cached_rows_counters() const;
   // That cache (null when no table reads through one).
   const WeightsCache* weights_cache() const { return weights_cache_.get(); }
-  // Bytes the weights hold in memory: the mapping's resident part plus packed copies when
-  // nothing streams, else the plan's pinned bytes plus the staging slots.
+  // Bytes the weights hold in memory: when nothing streams, the file less the rows served from
+  // packed copies, plus those copies; else the plan's pinned bytes plus the staging slots.
   uint64_t resident_weight_bytes() const;
-  // When weights stream: drops from memory the mapping's pages the kernels do not read
-  // (streamed tensors, matrices served from packed copies), e.g. after a pass over every
-  // tensor's bytes (the receipts' tensor digests). No-op otherwise.
+  // Drops from the process the mapping's pages the kernels do not read (streamed tensors,
+  // matrices' rows served from packed copies), e.g. after a pass over every tensor's bytes
+  // (the receipts' tensor digests); from the page cache too when weights stream.
   void drop_unread_pages() const;
   // LoadModelOptions::mlock: the bytes locked, and why locking stopped short (ok when all
   // were locked or none were asked for).
@@ -183,6 +183,7 @@ class Model {
   std::vector<std::unique_ptr<CachedRows>> cached_rows_;
   std::shared_ptr<WeightsCache> weights_cache_;
   std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
+  MappedFile::PageCache unread_cache_ = MappedFile::PageCache::kDrop;  // for unread_'s pages
   uint64_t locked_bytes_ = 0, lockable_bytes_ = 0;
   Status lock_status_;
 };

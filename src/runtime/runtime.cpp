@@ -865,7 +865,7 @@ Result<ModelHandle> Runtime::load(const std::string& path, const LoadOptions& o)
     info.n_layer = hp.n_layer;
     info.n_embd = hp.n_embd;
     info.n_ctx = n_ctx;
-    // The mapping plus the kernels' packed copies (Q4_0/Q8_0/Q4_K repacking): both are resident.
+    // The mapping's pages the kernels read plus their packed copies (Q4_0/Q8_0/Q4_K).
     info.weights_bytes = model->resident_weight_bytes();
     {
       const ResidencyPlan& plan = model->residency();
