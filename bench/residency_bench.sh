@@ -7,27 +7,31 @@
 #              the OS pages weights in and out under the cgroup's limit
 #   stream-p0  Power's residency manager at that budget, no read-ahead
 #   stream-p2  ... with two groups read ahead (the default)
+#   p2-cache   (with -c BYTES) stream-p2 with a weights cache of BYTES for the token-embedding
+#              rows (--weights-cache; the others read those rows through the mapping, paged
+#              by the kernel under the cgroup's limit); its hits and misses are printed
 # and, when LLAMA_CLI names llama.cpp's llama-cli, llama.cpp (its default mmap) under the same
 # cgroup. Each run decodes N tokens after a short prompt; the figure is the decode rate that
 # `power run` / llama-cli print. Needs root and a cgroup v1 memory controller (v2: memory.max).
 #
 #   bench/residency_bench.sh [-t THREADS] [-n TOKENS] [-b 100,75,50,25,0] [-a ALLOWANCE_MIB]
-#                            MODEL.gguf
+#                            [-c CACHE_BYTES] MODEL.gguf
 # POWER (default build/src/cli/power) names our binary. Prints one line per run and a table.
 set -euo pipefail
 POWER=${POWER:-build/src/cli/power}
-T=2 N=16 BUDGETS=100,75,50,25,0 ALLOW=384
-while getopts "t:n:b:a:" opt; do
+T=2 N=16 BUDGETS=100,75,50,25,0 ALLOW=384 CACHE=""
+while getopts "t:n:b:a:c:" opt; do
   case $opt in
     t) T=$OPTARG ;;
     n) N=$OPTARG ;;
     b) BUDGETS=$OPTARG ;;
     a) ALLOW=$OPTARG ;;
-    *) echo "usage: $0 [-t N] [-n N] [-b 100,50,0] [-a MiB] MODEL.gguf" >&2; exit 2 ;;
+    c) CACHE=$OPTARG ;;
+    *) echo "usage: $0 [-t N] [-n N] [-b 100,50,0] [-a MiB] [-c BYTES] MODEL.gguf" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-MODEL=${1:?usage: $0 [-t N] [-n N] [-b 100,50,0] [-a MiB] MODEL.gguf}
+MODEL=${1:?usage: $0 [-t N] [-n N] [-b 100,50,0] [-a MiB] [-c BYTES] MODEL.gguf}
 [[ $(id -u) == 0 ]] || { echo "needs root (memory cgroup)" >&2; exit 2; }
 
 CG=""
@@ -79,6 +83,7 @@ run_one() {  # run_one NAME BUDGET_PCT LIMIT COMMAND...
     r=$(sed -n 's/.*decode: [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tokens\/s).*/\1/p' "$log" | tail -1)
     [[ -n $r ]] || r=$(sed -n 's/.*eval time.*( *[0-9.]* ms per token, *\([0-9.]*\) tokens per second).*/\1/p' "$log" | tail -1)
     rate[$name,$pct]=${r:-?}
+    grep -h '^weights cache:' "$log" | sed "s/^/  $name $pct%: /" || true
   else
     rate[$name,$pct]="fail"
     tail -3 "$log" >&2
@@ -99,6 +104,11 @@ for pct in "${budgets[@]}"; do
       --ignore-eos --temp 0 -t "$T" --ctx 256 --weights-budget $((total * pct / 100)) \
       --prefetch "$p"
   done
+  if [[ -n $CACHE ]]; then
+    run_one p2-cache "$pct" "$limit" "$POWER" run -m "$MODEL" -p "$prompt" -n "$N" \
+      --ignore-eos --temp 0 -t "$T" --ctx 256 --weights-budget $((total * pct / 100)) \
+      --prefetch 2 --weights-cache "$CACHE" --verbose
+  fi
   if [[ -n ${LLAMA_CLI:-} ]]; then
     run_one llama.cpp "$pct" "$limit" "$LLAMA_CLI" -m "$MODEL" -p "$prompt" -n "$N" \
       --ignore-eos --temp 0 -t "$T" -c 256 -no-cnv
@@ -107,6 +117,7 @@ done
 
 echo
 names=(mmap stream-p0 stream-p2)
+[[ -n $CACHE ]] && names+=(p2-cache)
 [[ -n ${LLAMA_CLI:-} ]] && names+=(llama.cpp)
 printf '| budget |'; for n in "${names[@]}"; do printf ' %s |' "$n"; done; printf ' p2 / mmap |\n'
 printf '|---|'; for _ in "${names[@]}"; do printf -- '---|'; done; printf -- '---|\n'
