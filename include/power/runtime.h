@@ -120,8 +120,9 @@ struct ModelInfo {
   std::string sha256;  // of the artifact file (an encrypted one's plaintext): the model's identity
   std::string arch;
   int64_t n_vocab = 0, n_layer = 0, n_embd = 0, n_ctx = 0;
-  uint64_t weights_bytes = 0;  // mapped file + packed weight copies (charged to the budget);
-                               // when weights stream: pinned bytes + staging slots
+  uint64_t weights_bytes = 0;  // mapped file less the rows served from packed copies, plus
+                               // those copies (charged to the budget); when weights stream:
+                               // pinned bytes + staging slots
   // Weights residency (docs/RESIDENCY.md): the plan's digest, the bytes it keeps resident and
   // streams, the staging slots' bytes (0 when nothing streams).
   std::string residency_digest;

@@ -335,10 +335,9 @@ Status place_weights(Model& m, const LoadModelOptions& o) {
   auto packed_rows_bytes = [](const TensorView& v) {
     return v.row_bytes() * static_cast<uint64_t>(v.ne[1] / 8 * 8);
   };
-  m.unread_cache_ = plan.streams() ? MappedFile::PageCache::kDrop : MappedFile::PageCache::kKeep;
   m.packs_.add_all(matrices, [&](const TensorView& v) {
     const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(v.data) - base);
-    file.mapping().release(offset, packed_rows_bytes(v), m.unread_cache_);
+    file.mapping().release(offset, packed_rows_bytes(v), m.unread_page_cache());
   });
   // What the kernels will not read from the mapping (streamed tensors, and packed matrices
   // now served from their copies) leaves the process's resident set (and, under a budget, the
@@ -524,7 +523,7 @@ CachedRows::Counters Model::cached_rows_counters() const {
 
 void Model::drop_unread_pages() const {
   for (const auto& [offset, bytes] : unread_)
-    file_->mapping().release(offset, bytes, unread_cache_);
+    file_->mapping().release(offset, bytes, unread_page_cache());
 }
 
 uint64_t Model::resident_weight_bytes() const {

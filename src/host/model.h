@@ -183,7 +183,11 @@ class Model {
   std::vector<std::unique_ptr<CachedRows>> cached_rows_;
   std::shared_ptr<WeightsCache> weights_cache_;
   std::vector<std::pair<uint64_t, uint64_t>> unread_;  // (offset, bytes) in the file
-  MappedFile::PageCache unread_cache_ = MappedFile::PageCache::kDrop;  // for unread_'s pages
+  // What dropping unread_'s pages does with the page cache: empties it of them when weights
+  // stream (the streamer is made before the matrices are packed), keeps them otherwise.
+  MappedFile::PageCache unread_page_cache() const {
+    return streamer_ != nullptr ? MappedFile::PageCache::kDrop : MappedFile::PageCache::kKeep;
+  }
   uint64_t locked_bytes_ = 0, lockable_bytes_ = 0;
   Status lock_status_;
 };
