@@ -6,7 +6,8 @@
 // broadcast of A per row and two FMAs per row, so C stays in registers for a whole K panel.
 // Loops: K panels of 256 (a 256 x 16 strip of B is 16 KiB and stays in L1 while every row
 // block of A passes over it), then 16-column strips, then 6-row blocks. Column remainders use
-// masked loads/stores (no read past the row end).
+// masked loads/stores (no read past the row end). With `overwrite`, the first K panel stores
+// its sums instead of adding them to C, so the caller need not zero C first.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,11 +30,14 @@ __m256i lane_mask(int64_t n) {  // lanes < n set (n clamped to 0..8)
 
 template <int R, bool kFull>
 void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc, int64_t n) {
+          float* c, int64_t ldc, int64_t n, bool load_c) {
   const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
   __m256 c0[R], c1[R];
   for (int r = 0; r < R; ++r) {
-    if constexpr (kFull) {
+    if (!load_c) {
+      c0[r] = _mm256_setzero_ps();
+      c1[r] = _mm256_setzero_ps();
+    } else if constexpr (kFull) {
       c0[r] = _mm256_loadu_ps(c + r * ldc);
       c1[r] = _mm256_loadu_ps(c + r * ldc + 8);
     } else {
@@ -70,29 +74,31 @@ void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, i
 
 template <bool kFull>
 void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc, int64_t n) {
+               int64_t ldb, float* c, int64_t ldc, int64_t n, bool load_c) {
   switch (rows) {
     case 1:
-      return tile<1, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<1, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
     case 2:
-      return tile<2, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<2, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
     case 3:
-      return tile<3, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<3, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
     case 4:
-      return tile<4, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<4, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
     case 5:
-      return tile<5, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<5, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
     default:
-      return tile<6, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n);
+      return tile<6, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
   }
 }
 
 }  // namespace
 
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+                     int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                     bool overwrite) {
   for (int64_t kt = 0; kt < K; kt += kPanel) {
     const int64_t ke = std::min(K, kt + kPanel);
+    const bool load_c = !(overwrite && kt == 0);
     for (int64_t j = j0; j < j1; j += kCols) {
       const int64_t n = std::min(kCols, j1 - j);
       for (int64_t i = i0; i < i1; i += kRows) {
@@ -101,9 +107,9 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
         const float* b = B + j;
         float* c = C + i * ldc + j;
         if (n == kCols) {
-          tile_rows<true>(rows, kt, ke, a, lda, b, ldb, c, ldc, n);
+          tile_rows<true>(rows, kt, ke, a, lda, b, ldb, c, ldc, n, load_c);
         } else {
-          tile_rows<false>(rows, kt, ke, a, lda, b, ldb, c, ldc, n);
+          tile_rows<false>(rows, kt, ke, a, lda, b, ldb, c, ldc, n, load_c);
         }
       }
     }

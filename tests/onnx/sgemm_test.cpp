@@ -1,8 +1,9 @@
 // onnx::sgemm under every ISA this CPU has (POWER_FORCE_ISA's choices): odd shapes (rows not a
-// multiple of the 6-row tile, columns not a multiple of 16, K across the 256 panel), both
-// transpose flags, accumulate and overwrite, strided leading dimensions — against a float64
-// reference. Tolerance: each output is a K-term float sum; |error| <= K * 2^-23 * sum|a*b| bounds
-// any summation order (the tiles reorder it), times 2 for the f32 products.
+// multiple of the 6-row AVX2 or 12-row AVX-512 tile, columns not a multiple of 16 or 32, K
+// across the 256 panel), both transpose flags, accumulate and overwrite, strided leading
+// dimensions — against a float64 reference. Tolerance: each output is a K-term float sum;
+// |error| <= K * 2^-23 * sum|a*b| bounds any summation order (the tiles reorder it), times 2 for
+// the f32 products.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,8 +50,8 @@ TEST(OnnxSgemm, MatchesFloat64ReferenceUnderEveryIsa) {
     if (!set_cpu_isa_for_testing(isa)) continue;
     ++paths;
     std::mt19937 rng(1234);
-    for (int64_t M : {1, 5, 6, 7, 13}) {
-      for (int64_t N : {1, 8, 15, 16, 17, 40}) {
+    for (int64_t M : {1, 5, 6, 7, 12, 13, 25}) {
+      for (int64_t N : {1, 8, 15, 16, 17, 32, 40, 65}) {
         for (int64_t K : {1, 3, 256, 300}) {
           for (int flags = 0; flags < 8; ++flags) {
             check_shape(M, N, K, flags & 1, flags & 2, flags & 4, rng);
