@@ -792,6 +792,7 @@ Result<std::vector<Tensor>> Model::run(const std::vector<Tensor>& inputs, Thread
     }
     vals[g.inputs[i]] = t;
   }
+  BufferScope scope(buffers_.get());
   Exec exec{pool, stats, {}, 0, 0};
   POWER_RETURN_IF_ERROR(exec.run_graph(g, vals));
   std::vector<Tensor> outs;

@@ -116,9 +116,12 @@ class Model {
   Result<MemoryPlan> plan_memory(const std::vector<Shape>& input_shapes) const;
 
   // Runs the graph. inputs are in graph input order; outputs in graph output order.
-  // pool may be null (single thread).
+  // pool may be null (single thread). Intermediates' buffers are recycled from earlier runs;
+  // between runs the model keeps at most its largest measured peak of them (held_buffer_bytes).
   Result<std::vector<Tensor>> run(const std::vector<Tensor>& inputs, ThreadPool* pool = nullptr,
                                   RunStats* stats = nullptr) const;
+  // Bytes of recycled buffers the model holds between runs.
+  int64_t held_buffer_bytes() const { return buffers_->held_bytes(); }
 
  private:
   Model() = default;
@@ -127,6 +130,8 @@ class Model {
   int64_t ir_version_ = 0;
   std::string producer_;
   std::string shape_model_;  // serialized ModelProto without large weights, for shape inference
+  // Intermediates' buffers recycled between runs (at most the largest measured peak held).
+  std::shared_ptr<BufferPool> buffers_ = BufferPool::create();
 };
 
 // A serialized ONNX TensorProto (the .pb files of ONNX's test data, `power onnx run --input`).

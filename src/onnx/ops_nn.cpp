@@ -2,6 +2,7 @@
 // im2col + SGEMM), ConvTranspose, BatchNormalization, pooling, LSTM, Resize; the op registry.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,17 +50,49 @@ void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t
   }
 }
 
-// The AVX2 register-tiled block when the active ISA has it (POWER_FORCE_ISA=scalar keeps the
-// portable loop), else the portable loop.
+// The register-tiled block of the active ISA (AVX-512, else AVX2; POWER_FORCE_ISA picks), else
+// the portable loop. With `overwrite`, C's old values are not read (the portable loop zeroes
+// them first).
 void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool overwrite) {
 #if defined(POWER_ONNX_AVX2)
-  if (cpu_isa() != CpuIsa::kScalar) {
-    gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
-    return;
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512:
+      return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
+    case CpuIsa::kAvx2:
+      return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
+    case CpuIsa::kScalar:
+      break;
   }
 #endif
+  if (overwrite)
+    for (int64_t i = i0; i < i1; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
   gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
+}
+
+// C[i, j] (+)= dot(A[i, :], B[j, :]) for a few rows of A against B stored [N, K] (A * B^T
+// without transposing B: an LSTM step's h * R^T, a Gemm with transB and one row). Sixteen
+// independent partial sums per dot product, so the compiler vectorizes the K loop.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void gemm_nt_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  constexpr int64_t kLanes = 16;
+  for (int64_t i = 0; i < M; ++i) {
+    const float* __restrict a = A + i * lda;
+    for (int64_t j = 0; j < N; ++j) {
+      const float* __restrict b = B + j * ldb;
+      float part[kLanes] = {};
+      int64_t k = 0;
+      for (; k + kLanes <= K; k += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) part[l] += a[k + l] * b[k + l];
+      float sum = 0.0f;
+      for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
+      for (; k < K; ++k) sum += a[k] * b[k];
+      C[i * ldc + j] = accumulate ? C[i * ldc + j] + sum : sum;
+    }
+  }
 }
 
 }  // namespace
@@ -67,9 +100,17 @@ void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const
 void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
            bool accumulate) {
-  if (!accumulate)
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-  if (M == 0 || N == 0 || K == 0) return;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  const bool overwrite = !accumulate;
+  if (trans_b && !trans_a && M <= 4) {  // a transpose of B would cost more than the product
+    gemm_nt_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return;
+  }
   std::vector<float> at, bt;
   if (trans_a) {  // A stored [K, M]
     at.resize(static_cast<size_t>(M * K));
@@ -88,7 +129,7 @@ void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, in
   int threads = pool ? pool->size() : 1;
   double work = static_cast<double>(M) * N * K;
   if (threads <= 1 || work < 64 * 1024) {
-    gemm_block(0, M, 0, N, K, A, lda, B, ldb, C, ldc);
+    gemm_block(0, M, 0, N, K, A, lda, B, ldb, C, ldc, overwrite);
     return;
   }
   if (N >= 64 * threads || N >= M) {
@@ -97,12 +138,13 @@ void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, in
     pool->parallel_for(static_cast<size_t>(parts), [&](size_t b, size_t e, int) {
       for (size_t p = b; p < e; ++p) {
         int64_t j0 = static_cast<int64_t>(p) * chunk, j1 = std::min(N, j0 + chunk);
-        gemm_block(0, M, j0, j1, K, A, lda, B, ldb, C, ldc);
+        gemm_block(0, M, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
       }
     });
   } else {
     pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
-      gemm_block(static_cast<int64_t>(b), static_cast<int64_t>(e), 0, N, K, A, lda, B, ldb, C, ldc);
+      gemm_block(static_cast<int64_t>(b), static_cast<int64_t>(e), 0, N, K, A, lda, B, ldb, C, ldc,
+                 overwrite);
     });
   }
 }
@@ -291,13 +333,53 @@ Status check_conv(const Node& n) {
   return Status();
 }
 
-// One channel of a depthwise convolution: each kernel tap adds w * (a shifted input row) to the
-// output row over the output columns whose input column is inside the image, so the inner loop
-// has no bounds test (and is contiguous, hence vectorized, at stride 1).
-void depthwise_plane(const Geo& g, const float* xin, const float* w, float* yout) {
+// The output columns [lo, hi) whose input column ow * sw + off lies inside [0, W): lo is the
+// first with ow * sw + off >= 0, hi one past the last with ow * sw + off < W (clamped to OW).
+void valid_columns(const Geo& g, int64_t off, int64_t& lo, int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+  hi = g.W - off <= 0 ? 0 : (g.W - off + g.sw - 1) / g.sw;
+  hi = std::min(hi, g.OW);
+  lo = std::min(lo, hi);
+}
+
+// im2col rows [c0, c1) of input channels: row ((c * kh + i) * kw + j) of `col` holds, for every
+// output position, the input pixel tap (i, j) of channel c reads (0 in the padding). Each output
+// row is zero edges around one contiguous copy (stride 1) or one strided gather, no bounds tests.
+void im2col(const Geo& g, const float* xin, int64_t c0, int64_t c1, float* col) {
+  const int64_t P = g.OH * g.OW;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        float* row = col + ((c * g.kh + i) * g.kw + j) * P;
+        const int64_t off = j * g.dw - g.pl;
+        int64_t lo, hi;
+        valid_columns(g, off, lo, hi);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          float* __restrict r = row + oh * g.OW;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(r, r + g.OW, 0.0f);
+            continue;
+          }
+          const float* __restrict src = xin + (c * g.H + ih) * g.W + off;
+          std::fill(r, r + lo, 0.0f);
+          if (g.sw == 1) {
+            std::copy(src + lo, src + hi, r + lo);
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = src[ow * g.sw];
+          }
+          std::fill(r + hi, r + g.OW, 0.0f);
+        }
+      }
+}
+
+// One channel of a depthwise convolution (bias included): each kernel tap adds w * (a shifted input
+// row) to the output row over the output columns whose input column is inside the image, so the
+// inner loop has no bounds test (and is contiguous, hence vectorized, at stride 1).
+void depthwise_plane(const Geo& g, const float* xin, const float* w, float bias, float* yout) {
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     float* __restrict yr = yout + oh * g.OW;
-    std::fill(yr, yr + g.OW, 0.0f);
+    std::fill(yr, yr + g.OW, bias);
     for (int64_t i = 0; i < g.kh; ++i) {
       const int64_t ih = oh * g.sh - g.pt + i * g.dh;
       if (ih < 0 || ih >= g.H) continue;
@@ -305,10 +387,8 @@ void depthwise_plane(const Geo& g, const float* xin, const float* w, float* yout
       for (int64_t j = 0; j < g.kw; ++j) {
         const float wv = w[i * g.kw + j];
         const int64_t off = j * g.dw - g.pl;  // input column = ow * sw + off
-        // First ow with ow * sw + off >= 0, and one past the last with ow * sw + off < W.
-        int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
-        int64_t hi = g.W - off <= 0 ? 0 : (g.W - off + g.sw - 1) / g.sw;
-        hi = std::min(hi, g.OW);
+        int64_t lo, hi;
+        valid_columns(g, off, lo, hi);
         if (g.sw == 1) {
           const float* __restrict xs = xr + off;
           for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xs[ow];
@@ -341,7 +421,8 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     if (in[2]->numel() != M) return op_error(n, "bias length differs from output channels");
     bias = in[2]->data<float>();
   }
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, out_shape(g, M)));
+  // Every output element is written: depthwise planes start from the bias, SGEMM overwrites.
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, out_shape(g, M)));
   int64_t cg = g.C / group, mg = M / group, kk = cg * g.kh * g.kw, P = g.OH * g.OW;
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
@@ -349,38 +430,38 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
                    g.pb == 0 && g.pr == 0;
   bool depthwise = cg == 1 && mg == 1;
-  std::vector<float> col;
-  if (!pointwise && !depthwise) col.resize(static_cast<size_t>(kk * P));
+  Tensor col;  // im2col rows, every element written before the SGEMM reads them
+  if (!pointwise && !depthwise) {
+    POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {kk, P}));
+  }
+  // Channel-parallel work (depthwise planes, im2col rows) goes to the pool when it has threads.
+  auto channels = [&](int64_t count, const std::function<void(size_t, size_t, int)>& fn) {
+    if (ctx.pool && ctx.pool->size() > 1 && count > 1) {
+      ctx.pool->parallel_for(static_cast<size_t>(count), fn);
+    } else {
+      fn(0, static_cast<size_t>(count), 0);
+    }
+  };
   for (int64_t b = 0; b < g.N; ++b) {
+    if (depthwise) {
+      channels(group, [&](size_t c0, size_t c1, int) {
+        for (size_t c = c0; c < c1; ++c)
+          depthwise_plane(g, px + (b * g.C + c) * g.H * g.W, pw + c * kk, bias ? bias[c] : 0.0f,
+                          py + (b * M + c) * P);
+      });
+      continue;
+    }
     for (int64_t gi = 0; gi < group; ++gi) {
       const float* xin = px + (b * g.C + gi * cg) * g.H * g.W;
       float* yout = py + (b * M + gi * mg) * P;
       const float* wg = pw + gi * mg * kk;
-      if (depthwise) {
-        depthwise_plane(g, xin, wg, yout);
-        continue;
-      }
       const float* bmat = xin;
       if (!pointwise) {
-        for (int64_t c = 0; c < cg; ++c)
-          for (int64_t i = 0; i < g.kh; ++i)
-            for (int64_t j = 0; j < g.kw; ++j) {
-              float* row = col.data() + ((c * g.kh + i) * g.kw + j) * P;
-              for (int64_t oh = 0; oh < g.OH; ++oh) {
-                int64_t ih = oh * g.sh - g.pt + i * g.dh;
-                float* r = row + oh * g.OW;
-                if (ih < 0 || ih >= g.H) {
-                  std::fill(r, r + g.OW, 0.0f);
-                  continue;
-                }
-                const float* src = xin + (c * g.H + ih) * g.W;
-                for (int64_t ow = 0; ow < g.OW; ++ow) {
-                  int64_t iw = ow * g.sw - g.pl + j * g.dw;
-                  r[ow] = (iw >= 0 && iw < g.W) ? src[iw] : 0.0f;
-                }
-              }
-            }
-        bmat = col.data();
+        channels(cg, [&](size_t c0, size_t c1, int) {
+          im2col(g, xin, static_cast<int64_t>(c0), static_cast<int64_t>(c1),
+                 col.mutable_data<float>());
+        });
+        bmat = col.data<float>();
       }
       sgemm(ctx.pool, mg, P, kk, wg, kk, false, bmat, P, false, yout, P, false);
     }

@@ -1,5 +1,6 @@
 #include "onnx/tensor.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace power::onnx {
@@ -88,7 +89,91 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-Result<Tensor> make_tensor(DType t, Shape shape) {
+namespace {
+thread_local BufferPool* current_pool = nullptr;
+constexpr size_t kMaxHeldBuffers = 1024;
+}  // namespace
+
+// Buffers are sized to classes an eighth of a power of two apart (at most 12.5 % slack), so
+// tensors of nearby sizes (OCR lines of different widths) share them.
+size_t BufferPool::size_class(size_t n) {
+  if (n <= 4096) return (n + 63) / 64 * 64;
+  const int log2 = 63 - __builtin_clzll(n);
+  const size_t step = size_t{1} << (log2 - 3);
+  return (n + step - 1) / step * step;
+}
+
+std::shared_ptr<std::vector<uint8_t>> BufferPool::take(size_t n, bool zero) {
+  const size_t cls = size_class(n);
+  std::unique_ptr<std::vector<uint8_t>> v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = free_.size(); i-- > 0;) {  // the most recently returned first
+      if (free_[i]->capacity() == cls) {
+        v = std::move(free_[i]);
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+        held_ -= static_cast<int64_t>(cls);
+        break;
+      }
+    }
+    out_ += static_cast<int64_t>(cls);
+    peak_ = std::max(peak_, out_);
+  }
+  if (!v) {
+    v = std::make_unique<std::vector<uint8_t>>();
+    v->reserve(cls);
+    v->resize(n);
+  } else {
+    if (zero) std::memset(v->data(), 0, std::min(v->size(), n));
+    v->resize(n);  // a grown tail is zeroed
+  }
+  std::weak_ptr<BufferPool> self = weak_from_this();
+  return std::shared_ptr<std::vector<uint8_t>>(v.release(), [self](std::vector<uint8_t>* b) {
+    if (auto pool = self.lock()) {
+      pool->give(b);
+    } else {
+      delete b;
+    }
+  });
+}
+
+void BufferPool::give(std::vector<uint8_t>* v) {
+  std::unique_ptr<std::vector<uint8_t>> owned(v);
+  const int64_t bytes = static_cast<int64_t>(v->capacity());
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> dropped;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  out_ -= bytes;
+  const int64_t cap = kPeaksHeld * peak_;
+  if (bytes == 0 || bytes > cap) return;
+  while (!free_.empty() && (held_ + bytes > cap || free_.size() >= kMaxHeldBuffers)) {
+    held_ -= static_cast<int64_t>(free_.front()->capacity());
+    dropped.push_back(std::move(free_.front()));
+    free_.erase(free_.begin());
+  }
+  held_ += bytes;
+  free_.push_back(std::move(owned));
+}
+
+int64_t BufferPool::cap() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kPeaksHeld * peak_;
+}
+
+int64_t BufferPool::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
+
+BufferScope::BufferScope(BufferPool* pool) : prev_(current_pool) {
+  current_pool = pool;
+}
+BufferScope::~BufferScope() {
+  current_pool = prev_;
+}
+
+namespace {
+
+Result<Tensor> new_tensor(DType t, Shape shape, bool zero) {
   int64_t n = shape_numel(shape);
   if (n < 0)
     return make_error(StatusCode::kInvalidArgument, "invalid tensor shape {}", shape_str(shape));
@@ -100,8 +185,20 @@ Result<Tensor> make_tensor(DType t, Shape shape) {
   Tensor out;
   out.dtype = t;
   out.shape = std::move(shape);
-  out.buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * dtype_size(t));
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
+  out.buf = current_pool ? current_pool->take(bytes, zero)
+                         : std::make_shared<std::vector<uint8_t>>(bytes);
   return out;
+}
+
+}  // namespace
+
+Result<Tensor> make_tensor(DType t, Shape shape) {
+  return new_tensor(t, std::move(shape), true);
+}
+
+Result<Tensor> make_tensor_uninit(DType t, Shape shape) {
+  return new_tensor(t, std::move(shape), false);
 }
 
 Tensor make_f32(Shape shape, const std::vector<float>& values) {

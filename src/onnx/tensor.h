@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,9 +65,54 @@ struct Tensor {
   }
 };
 
+// Recycles the byte buffers of one model's intermediates between and within runs, so a model
+// run again and again (a VAD stream, OCR pages) does not map, fault in and zero fresh pages for
+// every tensor. A buffer whose last Tensor goes away returns here instead of to the allocator;
+// idle, the pool keeps at most cap() = kPeaksHeld x the most bytes it has had out at once (the
+// model's live intermediates and kernel scratch), the least recently returned dropped first.
+// Thread-safe; Tensors may outlive the Model (a buffer then goes back to the allocator).
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  static constexpr int64_t kPeaksHeld = 4;
+  static std::shared_ptr<BufferPool> create() {
+    return std::shared_ptr<BufferPool>(new BufferPool());
+  }
+  // A buffer of n bytes: a held one of n's size class, with stale contents unless `zero`, else
+  // a new zeroed one.
+  std::shared_ptr<std::vector<uint8_t>> take(size_t n, bool zero);
+  int64_t cap() const;
+  int64_t held_bytes() const;
+  static size_t size_class(size_t n);
+
+ private:
+  BufferPool() = default;
+  void give(std::vector<uint8_t>* v);
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> free_;  // least recently returned first
+  int64_t held_ = 0;                                         // idle bytes in free_
+  int64_t out_ = 0;   // bytes of buffers taken and not yet returned
+  int64_t peak_ = 0;  // the most out_ has been
+};
+
+// While it lives, make_tensor and make_tensor_uninit on this thread take buffers from `pool`
+// (Model::run sets one around its kernels; worker threads and other callers allocate afresh).
+class BufferScope {
+ public:
+  explicit BufferScope(BufferPool* pool);
+  ~BufferScope();
+  BufferScope(const BufferScope&) = delete;
+  BufferScope& operator=(const BufferScope&) = delete;
+
+ private:
+  BufferPool* prev_;
+};
+
 // A zero-filled tensor. Fails (kResourceExhausted) beyond the per-tensor cap (4 GiB), or for
 // negative dimensions (kInvalidArgument).
 Result<Tensor> make_tensor(DType t, Shape shape);
+// The same, contents unspecified when the buffer is recycled: for kernels that write every
+// element of their output.
+Result<Tensor> make_tensor_uninit(DType t, Shape shape);
 Tensor make_f32(Shape shape, const std::vector<float>& values);
 Tensor make_i64(Shape shape, const std::vector<int64_t>& values);
 Tensor scalar_f32(float v);

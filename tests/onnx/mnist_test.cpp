@@ -54,6 +54,32 @@ TEST(OnnxMnist, PlannedPeakEqualsMeasuredPeak) {
   EXPECT_EQ(stats.peak_bytes, plan->peak_bytes);
 }
 
+// Runs reuse the buffers of earlier runs (BufferPool): a run after another input's run gives
+// the same bits as the first run of a freshly loaded model.
+TEST(OnnxMnist, RecycledBuffersDoNotChangeResults) {
+  POWER_REQUIRE_SHARED();
+  std::string dir = shared_dir() + "/models/vision/";
+  auto model = Model::load_file(dir + "mnist-8.onnx");
+  ASSERT_TRUE(model.ok());
+  std::vector<float> ramp(28 * 28), ones(28 * 28, 1.0f);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 29) / 28.0f;
+  auto run = [](const Model& m, const std::vector<float>& px) {
+    auto out = m.run({make_f32({1, 1, 28, 28}, px)});
+    EXPECT_TRUE(out.ok());
+    const float* v = (*out)[0].data<float>();
+    return std::vector<float>(v, v + (*out)[0].numel());
+  };
+  const std::vector<float> first = run(**model, ramp);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> other = run(**model, ones);
+    EXPECT_EQ(run(**model, ramp), first) << "round " << i;
+    auto fresh = Model::load_file(dir + "mnist-8.onnx");
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_EQ(run(**fresh, ones), other) << "round " << i;
+  }
+  EXPECT_GT((*model)->held_buffer_bytes(), 0);
+}
+
 TEST(OnnxMnist, WrongImageSizeIsAnError) {
   POWER_REQUIRE_SHARED();
   auto model = Model::load_file(shared_dir() + "/models/vision/mnist-8.onnx");
