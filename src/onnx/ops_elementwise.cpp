@@ -318,7 +318,9 @@ Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {
                                    shape_str(b.shape)));
   }
   DType odt = is_compare(op) ? DType::kBool : a.dtype;
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(odt, os));
+  // The float32 kernels write every output element (a broadcast visits each once).
+  POWER_ASSIGN_OR_RETURN(
+      out[0], a.dtype == DType::kF32 ? make_tensor_uninit(odt, os) : make_tensor(odt, os));
   auto sa = bstrides(a.shape, os), sb = bstrides(b.shape, os);
   switch (a.dtype) {
     case DType::kF32:
@@ -427,7 +429,7 @@ template <typename F>
 Status unary_f32(const Node& n, const Ins& in, Outs& out, F f) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   POWER_RETURN_IF_ERROR(need_f32(n, in[0], "input"));
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, in[0]->shape));
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, in[0]->shape));
   const float* x = in[0]->data<float>();
   float* y = out[0].mutable_data<float>();
   int64_t count = in[0]->numel();

@@ -4,10 +4,10 @@
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1], row-major. The product is computed in
 // register tiles of up to 6 rows x 16 columns (12 accumulators): per k, two loads of B, one
 // broadcast of A per row and two FMAs per row, so C stays in registers for a whole K panel.
-// Loops: K panels of 256 (a 256 x 16 strip of B is 16 KiB and stays in L1 while every row
-// block of A passes over it), then 16-column strips, then 6-row blocks. Column remainders use
-// masked loads/stores (no read past the row end). With `overwrite`, the first K panel stores
-// its sums instead of adding them to C, so the caller need not zero C first.
+// Loops: K panels of 256, then 16-column strips (each copied contiguous: a 256 x 16 strip of
+// B is 16 KiB and stays in L1 while every row block of A passes over it), then 6-row blocks.
+// Column remainders use masked loads/stores (no read past the row end). With `overwrite`, the first
+// K panel stores its sums instead of adding them to C, so the caller need not zero C first.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -96,20 +96,28 @@ void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                      bool overwrite) {
+  alignas(32) float strip[kPanel * kCols];
   for (int64_t kt = 0; kt < K; kt += kPanel) {
     const int64_t ke = std::min(K, kt + kPanel);
     const bool load_c = !(overwrite && kt == 0);
     for (int64_t j = j0; j < j1; j += kCols) {
       const int64_t n = std::min(kCols, j1 - j);
+      // The panel's 16-column strip of B, copied contiguous (zero past column n): its rows lie
+      // ldb apart in B, often a multiple of 4 KiB (one L1 set); the row tiles read it in order.
+      const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
+      for (int64_t k = kt; k < ke; ++k) {
+        const float* bk = B + k * ldb + j;
+        _mm256_store_ps(strip + (k - kt) * kCols, _mm256_maskload_ps(bk, m0));
+        _mm256_store_ps(strip + (k - kt) * kCols + 8, _mm256_maskload_ps(bk + 8, m1));
+      }
       for (int64_t i = i0; i < i1; i += kRows) {
         const int64_t rows = std::min(kRows, i1 - i);
-        const float* a = A + i * lda;
-        const float* b = B + j;
+        const float* a = A + i * lda + kt;
         float* c = C + i * ldc + j;
         if (n == kCols) {
-          tile_rows<true>(rows, kt, ke, a, lda, b, ldb, c, ldc, n, load_c);
+          tile_rows<true>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c);
         } else {
-          tile_rows<false>(rows, kt, ke, a, lda, b, ldb, c, ldc, n, load_c);
+          tile_rows<false>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c);
         }
       }
     }

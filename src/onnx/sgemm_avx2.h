@@ -1,5 +1,4 @@
-// The AVX2/FMA and AVX-512 SGEMM blocks of the ONNX kernels (sgemm_avx2.cpp,
-// sgemm_avx512.cpp). Private to src/onnx.
+// The AVX2/FMA SGEMM block of the ONNX kernels (sgemm_avx2.cpp). Private to src/onnx.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +11,5 @@ namespace power::onnx {
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                      bool overwrite);
-// The same with 512-bit registers. Only call when cpu_isa() == kAvx512.
-void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       bool overwrite);
 
 }  // namespace power::onnx

@@ -1,9 +1,8 @@
 // onnx::sgemm under every ISA this CPU has (POWER_FORCE_ISA's choices): odd shapes (rows not a
-// multiple of the 6-row AVX2 or 12-row AVX-512 tile, columns not a multiple of 16 or 32, K
-// across the 256 panel), both transpose flags, accumulate and overwrite, strided leading
-// dimensions — against a float64 reference. Tolerance: each output is a K-term float sum;
-// |error| <= K * 2^-23 * sum|a*b| bounds any summation order (the tiles reorder it), times 2 for
-// the f32 products.
+// multiple of the 6-row tile, columns not a multiple of 16, K across the 256 panel), both transpose
+// flags, accumulate and overwrite, strided leading dimensions — against a float64 reference.
+// Tolerance: each output is a K-term float sum; |error| <= K * 2^-23 * sum|a*b| bounds any
+// summation order (the tiles reorder it), times 2 for the f32 products.
 #include <gtest/gtest.h>
 
 #include <cmath>
