@@ -1,17 +1,21 @@
-// onnxruntime-node latencies on the inputs of bench/onnx_bench.cpp, one intra-op thread:
-// MNIST per image, Silero VAD per window (jfk.wav), PaddleOCR det forward (phototest.tif at
+// onnxruntime-node latencies on the inputs of bench/onnx_bench.cpp, one intra-op thread unless a
+// count is given: MNIST per image, Silero VAD per window (jfk.wav), PaddleOCR det forward (phototest.tif at
 // 640x480) and rec forward (48x697 line). Inputs are prepared here the same way; only the
 // forward passes are timed (best of N).
-//   cd bench/onnx && npm ci --ignore-scripts && node ort_bench.mjs SHARED_DIR NPM_DIR
+//   cd bench/onnx && npm ci --ignore-scripts && node ort_bench.mjs SHARED_DIR NPM_DIR [threads]
 import fs from 'node:fs';
 import ort from 'onnxruntime-node';
 
-const [shared, npm] = process.argv.slice(2);
-const opts = { intraOpNumThreads: 1, interOpNumThreads: 1 };
+const [shared, npm, threadArg] = process.argv.slice(2);
+const threads = Number(threadArg ?? 1);
+const opts = { intraOpNumThreads: threads, interOpNumThreads: 1 };
+console.log(`threads ${threads}, ${threads > 1 ? 'wall time' : 'process CPU time'}`);
 
-// Process CPU time (user + system), as bench/onnx_bench.cpp measures: on a shared machine it
-// is what a single-threaded run costs, independent of other processes.
+// One thread: process CPU time (user + system), as bench/onnx_bench.cpp measures; on a shared
+// machine it is what a single-threaded run costs, independent of other processes. More threads:
+// wall time, as onnx_bench does then.
 function cpuMs() {
+  if (threads > 1) return performance.now();
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e3;
 }
