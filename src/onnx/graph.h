@@ -117,7 +117,7 @@ class Model {
 
   // Runs the graph. inputs are in graph input order; outputs in graph output order.
   // pool may be null (single thread). Intermediates' buffers are recycled from earlier runs;
-  // between runs the model keeps at most its largest measured peak of them (held_buffer_bytes).
+  // between runs the model keeps some of them (held_buffer_bytes; the bound is BufferPool's).
   Result<std::vector<Tensor>> run(const std::vector<Tensor>& inputs, ThreadPool* pool = nullptr,
                                   RunStats* stats = nullptr) const;
   // Bytes of recycled buffers the model holds between runs.
@@ -130,7 +130,7 @@ class Model {
   int64_t ir_version_ = 0;
   std::string producer_;
   std::string shape_model_;  // serialized ModelProto without large weights, for shape inference
-  // Intermediates' buffers recycled between runs (at most the largest measured peak held).
+  // Intermediates' buffers recycled between runs (tensor.h BufferPool).
   std::shared_ptr<BufferPool> buffers_ = BufferPool::create();
 };
 

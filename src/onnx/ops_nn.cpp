@@ -8,6 +8,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
 #include "onnx/ops_internal.h"
 #include "onnx/sgemm_avx2.h"
 
@@ -66,28 +67,15 @@ void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const
 }
 
 // C[i, j] (+)= dot(A[i, :], B[j, :]) for a few rows of A against B stored [N, K] (A * B^T
-// without transposing B: an LSTM step's h * R^T, a Gemm with transB and one row). Sixteen
-// independent partial sums per dot product, so the compiler vectorizes the K loop.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
+// without transposing B: an LSTM step's h * R^T, a Gemm with transB and one row), with the
+// kernels layer's dot product.
 void gemm_nt_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                   int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  constexpr int64_t kLanes = 16;
-  for (int64_t i = 0; i < M; ++i) {
-    const float* __restrict a = A + i * lda;
+  for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
-      const float* __restrict b = B + j * ldb;
-      float part[kLanes] = {};
-      int64_t k = 0;
-      for (; k + kLanes <= K; k += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) part[l] += a[k + l] * b[k + l];
-      float sum = 0.0f;
-      for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
-      for (; k < K; ++k) sum += a[k] * b[k];
+      const float sum = dot_f32(A + i * lda, B + j * ldb, K);
       C[i * ldc + j] = accumulate ? C[i * ldc + j] + sum : sum;
     }
-  }
 }
 
 }  // namespace
