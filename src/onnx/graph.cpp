@@ -752,7 +752,7 @@ struct Exec {
       // A branch output that is a captured outer value must not alias its bookkeeping.
       if (refs.count(out[o].buf.get())) {
         Tensor copy = out[o];
-        copy.buf = std::make_shared<std::vector<uint8_t>>(*out[o].buf);
+        copy.buf = std::make_shared<Bytes>(*out[o].buf);
         out[o] = std::move(copy);
       }
     }

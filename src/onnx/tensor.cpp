@@ -103,9 +103,9 @@ size_t BufferPool::size_class(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-std::shared_ptr<std::vector<uint8_t>> BufferPool::take(size_t n, bool zero) {
+std::shared_ptr<Bytes> BufferPool::take(size_t n, bool zero) {
   const size_t cls = size_class(n);
-  std::unique_ptr<std::vector<uint8_t>> v;
+  std::unique_ptr<Bytes> v;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = free_.size(); i-- > 0;) {  // the most recently returned first
@@ -120,15 +120,13 @@ std::shared_ptr<std::vector<uint8_t>> BufferPool::take(size_t n, bool zero) {
     peak_ = std::max(peak_, out_);
   }
   if (!v) {
-    v = std::make_unique<std::vector<uint8_t>>();
+    v = std::make_unique<Bytes>();
     v->reserve(cls);
-    v->resize(n);
-  } else {
-    if (zero) std::memset(v->data(), 0, std::min(v->size(), n));
-    v->resize(n);  // a grown tail is zeroed
   }
+  v->resize(n);  // new bytes are left as they are
+  if (zero && n) std::memset(v->data(), 0, n);
   std::weak_ptr<BufferPool> self = weak_from_this();
-  return std::shared_ptr<std::vector<uint8_t>>(v.release(), [self](std::vector<uint8_t>* b) {
+  return std::shared_ptr<Bytes>(v.release(), [self](Bytes* b) {
     if (auto pool = self.lock()) {
       pool->give(b);
     } else {
@@ -137,10 +135,10 @@ std::shared_ptr<std::vector<uint8_t>> BufferPool::take(size_t n, bool zero) {
   });
 }
 
-void BufferPool::give(std::vector<uint8_t>* v) {
-  std::unique_ptr<std::vector<uint8_t>> owned(v);
+void BufferPool::give(Bytes* v) {
+  std::unique_ptr<Bytes> owned(v);
   const int64_t bytes = static_cast<int64_t>(v->capacity());
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> dropped;  // freed outside the lock
+  std::vector<std::unique_ptr<Bytes>> dropped;  // freed outside the lock
   std::lock_guard<std::mutex> lock(mu_);
   out_ -= bytes;
   const int64_t cap = kPeaksHeld * peak_;
@@ -187,7 +185,8 @@ Result<Tensor> new_tensor(DType t, Shape shape, bool zero) {
   out.shape = std::move(shape);
   const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
   out.buf = current_pool ? current_pool->take(bytes, zero)
-                         : std::make_shared<std::vector<uint8_t>>(bytes);
+            : zero       ? std::make_shared<Bytes>(bytes, uint8_t{0})
+                         : std::make_shared<Bytes>(bytes);
   return out;
 }
 
@@ -205,7 +204,7 @@ Tensor make_f32(Shape shape, const std::vector<float>& values) {
   Tensor t;
   t.dtype = DType::kF32;
   t.shape = std::move(shape);
-  t.buf = std::make_shared<std::vector<uint8_t>>(values.size() * 4);
+  t.buf = std::make_shared<Bytes>(values.size() * 4);
   if (!values.empty()) std::memcpy(t.buf->data(), values.data(), values.size() * 4);
   return t;
 }
@@ -214,7 +213,7 @@ Tensor make_i64(Shape shape, const std::vector<int64_t>& values) {
   Tensor t;
   t.dtype = DType::kI64;
   t.shape = std::move(shape);
-  t.buf = std::make_shared<std::vector<uint8_t>>(values.size() * 8);
+  t.buf = std::make_shared<Bytes>(values.size() * 8);
   if (!values.empty()) std::memcpy(t.buf->data(), values.data(), values.size() * 8);
   return t;
 }

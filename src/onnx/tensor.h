@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -37,6 +38,31 @@ std::string_view dtype_name(DType t);
 
 using Shape = std::vector<int64_t>;
 
+// An allocator whose value-less construct() default-initializes, so growing a byte vector
+// leaves the new bytes as they are instead of zeroing them: kernels that write every element
+// of their output then touch its memory once, not twice.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) {
+      ::new (static_cast<void*>(p)) U;
+    } else {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  }
+};
+
+// A tensor's bytes. Bytes(n) and resize(n) leave new bytes unspecified; Bytes(n, 0) zeroes.
+using Bytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+
 // Element count of a shape; -1 when a dimension is negative or the product overflows 2^62.
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);
@@ -44,7 +70,7 @@ std::string shape_str(const Shape& s);
 struct Tensor {
   DType dtype = DType::kF32;
   Shape shape;
-  std::shared_ptr<std::vector<uint8_t>> buf;  // numel * dtype_size bytes
+  std::shared_ptr<Bytes> buf;  // numel * dtype_size bytes
 
   int64_t numel() const { return shape_numel(shape); }
   size_t nbytes() const { return buf ? buf->size() : 0; }
@@ -79,19 +105,19 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   }
   // A buffer of n bytes: a held one of n's size class, with stale contents unless `zero`, else
   // a new zeroed one.
-  std::shared_ptr<std::vector<uint8_t>> take(size_t n, bool zero);
+  std::shared_ptr<Bytes> take(size_t n, bool zero);
   int64_t cap() const;
   int64_t held_bytes() const;
   static size_t size_class(size_t n);
 
  private:
   BufferPool() = default;
-  void give(std::vector<uint8_t>* v);
+  void give(Bytes* v);
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> free_;  // least recently returned first
-  int64_t held_ = 0;                                         // idle bytes in free_
-  int64_t out_ = 0;   // bytes of buffers taken and not yet returned
-  int64_t peak_ = 0;  // the most out_ has been
+  std::vector<std::unique_ptr<Bytes>> free_;  // least recently returned first
+  int64_t held_ = 0;                          // idle bytes in free_
+  int64_t out_ = 0;                           // bytes of buffers taken and not yet returned
+  int64_t peak_ = 0;                          // the most out_ has been
 };
 
 // While it lives, make_tensor and make_tensor_uninit on this thread take buffers from `pool`
