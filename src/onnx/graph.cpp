@@ -131,6 +131,7 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
 
 struct Loader {
   int64_t opset = 0;
+  bool fuse = true;
   int depth = 0;
 
   // Id of `name` in g, resolving it through enclosing graphs when g does not define it.
@@ -144,11 +145,8 @@ struct Loader {
     g.outer_refs.emplace_back(id, pid);
     return id;
   }
-  // Conv -> BatchNormalization with constant statistics becomes one Conv: per output channel
-  // c, s = scale[c] / sqrt(var[c] + epsilon); W'[c] = W[c] * s; b'[c] = (b[c] - mean[c]) * s +
-  // B[c]. Only when the Conv's weights (and bias) are initializers and the BN is the Conv
-  // output's only reader; the folded weights are new values, so shared initializers stay.
-  void fold_batch_norms(Graph& g) {
+  // Reads of each value: one per input slot and capture, one for a graph output.
+  static std::vector<int> count_readers(const Graph& g) {
     std::vector<int> readers(g.names.size(), 0);
     for (const auto& n : g.nodes) {
       for (int id : n.inputs)
@@ -156,22 +154,197 @@ struct Loader {
       for (int id : n.captures) readers[id]++;
     }
     for (int id : g.outputs) readers[id]++;
+    return readers;
+  }
+  // The index of the node producing each value; -1 for inputs and initializers.
+  static std::vector<int> find_producers(const Graph& g) {
     std::vector<int> producer(g.names.size(), -1);
     for (size_t i = 0; i < g.nodes.size(); ++i)
       for (int id : g.nodes[i].outputs)
         if (id >= 0) producer[id] = static_cast<int>(i);
-    // A constant: an initializer, or the value of a Constant node (paddle2onnx exports
-    // weights that way).
-    auto constant = [&](int id) -> const Tensor* {
-      if (id < 0) return nullptr;
-      auto it = g.initializers.find(id);
-      if (it != g.initializers.end()) return &it->second;
-      const int p = producer[id];
-      if (p < 0 || g.nodes[p].op != "Constant") return nullptr;
-      auto a = g.nodes[p].attrs.find("value");
-      if (a == g.nodes[p].attrs.end() || a->second.kind != Attr::kTensor) return nullptr;
-      return &a->second.t;
+    return producer;
+  }
+  // A constant: an initializer, or the value of a Constant node (paddle2onnx exports weights
+  // that way). Null for anything else.
+  static const Tensor* constant_value(const Graph& g, const std::vector<int>& producer, int id) {
+    if (id < 0) return nullptr;
+    auto it = g.initializers.find(id);
+    if (it != g.initializers.end()) return &it->second;
+    const int p = producer[id];
+    if (p < 0 || g.nodes[p].op != "Constant") return nullptr;
+    auto a = g.nodes[p].attrs.find("value");
+    if (a == g.nodes[p].attrs.end() || a->second.kind != Attr::kTensor) return nullptr;
+    return &a->second.t;
+  }
+
+  // Node n as one step of a chain whose running value is `cur` and whose register holds value
+  // `saved`; saved_reads counts n's input slots that read `saved`. False when n is not an
+  // elementwise node of that chain with operands the fused kernel reproduces exactly.
+  // channels: the Conv's output channel count (0 when unknown), for per-channel operands.
+  static bool chain_step(const Graph& g, const std::vector<int>& producer, const Node& n, int cur,
+                         int saved, int64_t channels, FusedStep& st, int& saved_reads) {
+    if (n.outputs.size() != 1 || n.outputs[0] < 0 || !n.captures.empty()) return false;
+    saved_reads = 0;
+    for (int id : n.inputs) saved_reads += id == saved;
+    auto scalar = [&](int id, float& v) {
+      const Tensor* t = constant_value(g, producer, id);
+      if (!t || t->dtype != DType::kF32 || t->numel() != 1 || t->rank() > 1 || !t->buf)
+        return false;
+      v = t->data<float>()[0];
+      return true;
     };
+    // [C,1,1] or [1,C,1,1]: broadcast against [N,C,H,W] it varies along the channel axis only.
+    auto per_channel = [&](int id) {
+      const Tensor* t = constant_value(g, producer, id);
+      if (!t || t->dtype != DType::kF32 || channels <= 1 || t->numel() != channels || !t->buf)
+        return false;
+      const int r = t->rank();
+      if (r != 3 && !(r == 4 && t->shape[0] == 1)) return false;
+      if (t->shape[r - 3] != channels || t->shape[r - 2] != 1 || t->shape[r - 1] != 1) return false;
+      const float* v = t->data<float>();
+      st.channel.assign(v, v + channels);
+      return true;
+    };
+    const bool unary = n.inputs.size() == 1 && n.inputs[0] == cur;
+    if (n.op == "Relu" && unary) {
+      st.kind = FusedStep::kRelu;
+      return true;
+    }
+    if (n.op == "Sigmoid" && unary) {
+      st.kind = FusedStep::kSigmoid;
+      return true;
+    }
+    if (n.op == "HardSigmoid" && unary) {
+      st.kind = FusedStep::kHardSigmoid;
+      st.a = n.attr_f("alpha", 0.2f);
+      st.b = n.attr_f("beta", 0.5f);
+      return true;
+    }
+    if (n.op == "Clip") {
+      if (n.inputs.empty() || n.inputs[0] != cur) return false;
+      st.kind = FusedStep::kClip;
+      st.a = -INFINITY;
+      st.b = INFINITY;
+      if (n.opset < 11) {
+        if (n.inputs.size() != 1) return false;
+        st.a = n.attr_f("min", -INFINITY);
+        st.b = n.attr_f("max", INFINITY);
+        return true;
+      }
+      for (size_t k = 1; k < n.inputs.size(); ++k) {
+        if (k > 2) return false;
+        if (n.inputs[k] >= 0 && !scalar(n.inputs[k], k == 1 ? st.a : st.b)) return false;
+      }
+      return true;
+    }
+    const bool add = n.op == "Add", sub = n.op == "Sub", mul = n.op == "Mul", div = n.op == "Div";
+    if (!(add || sub || mul || div) || n.inputs.size() != 2) return false;
+    const bool first = n.inputs[0] == cur;
+    if (!first && n.inputs[1] != cur) return false;
+    const int other = first ? n.inputs[1] : n.inputs[0];
+    using K = FusedStep::Kind;
+    if (other == saved) {
+      st.kind = add   ? K::kAddS
+                : mul ? K::kMulS
+                : sub ? (first ? K::kSubS : K::kRSubS)
+                      : (first ? K::kDivS : K::kRDivS);
+      return true;
+    }
+    if (!scalar(other, st.a) && !per_channel(other)) return false;
+    st.kind = add   ? K::kAdd
+              : mul ? K::kMul
+              : sub ? (first ? K::kSub : K::kRSub)
+                    : (first ? K::kDiv : K::kRDiv);
+    return true;
+  }
+
+  // Chains of elementwise nodes after a Conv (an exported BN's Mul/Add, HardSwish as
+  // Add/Clip/Div/Mul, Relu, Swish as Sigmoid/Mul, ...) become the Conv's epilogue, applied
+  // while its output is in cache: one pass and one buffer instead of one per node. Every value
+  // the chain consumes, the Conv's output included, must be read by the chain alone and be no
+  // graph output; a value read twice (x in x * clip(x + 3, 0, 6) / 6) is kept in a register.
+  void fuse_epilogues(Graph& g) {
+    const std::vector<int> readers = count_readers(g);
+    const std::vector<int> producer = find_producers(g);
+    std::vector<std::vector<int>> readers_of(g.names.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (int id : g.nodes[i].inputs)
+        if (id >= 0 && (readers_of[id].empty() || readers_of[id].back() != static_cast<int>(i)))
+          readers_of[id].push_back(static_cast<int>(i));
+    std::vector<bool> pinned(g.names.size(), false);  // graph outputs and captured values
+    for (int id : g.outputs) pinned[id] = true;
+    for (const auto& n : g.nodes)
+      for (int id : n.captures) pinned[id] = true;
+    std::vector<bool> drop(g.nodes.size(), false);
+    for (auto& conv : g.nodes) {
+      if (conv.op != "Conv" || conv.outputs.size() != 1 || conv.outputs[0] < 0) continue;
+      const int y = conv.outputs[0];
+      if (pinned[y]) continue;
+      // Output channels from a constant 2-D kernel (rank-4 output, where [C,1,1] is per channel).
+      const Tensor* w =
+          conv.inputs.size() > 1 ? constant_value(g, producer, conv.inputs[1]) : nullptr;
+      const int64_t channels = w && w->rank() == 4 ? w->shape[0] : 0;
+      // steps[0] saves y, the chain's first operand register; a value read by several later
+      // nodes of the chain gets its own save step. `saved` is the value in the register and
+      // saved_reads its reads by the chain so far.
+      std::vector<FusedStep> steps(1, FusedStep{FusedStep::kSave, 0, 0});
+      std::vector<int> chain;
+      int cur = y, saved = y, saved_reads = 0;
+      bool y_read = false;  // a step reads y itself (steps[0] is needed)
+      size_t fused_steps = 0, fused_nodes = 0;
+      bool fused_y_read = false;
+      while (true) {
+        if (cur != saved) {
+          if (pinned[cur]) break;
+          if (readers[cur] > 1) {
+            if (saved_reads != readers[saved]) break;
+            steps.push_back(FusedStep{FusedStep::kSave, 0, 0});
+            saved = cur;
+            saved_reads = 0;
+          }
+        }
+        int next = -1;
+        for (int r : readers_of[cur])
+          if (std::find(chain.begin(), chain.end(), r) == chain.end()) {
+            next = r;
+            break;
+          }
+        FusedStep st;
+        int reads = 0;
+        if (next < 0 || !chain_step(g, producer, g.nodes[next], cur, saved, channels, st, reads))
+          break;
+        steps.push_back(st);
+        chain.push_back(next);
+        saved_reads += reads;
+        if (saved == y && st.kind >= FusedStep::kAddS && st.kind <= FusedStep::kRDivS)
+          y_read = true;
+        cur = g.nodes[next].outputs[0];
+        if (saved_reads == readers[saved]) {  // every read of the register is in the chain
+          fused_steps = steps.size();
+          fused_nodes = chain.size();
+          fused_y_read = y_read;
+        }
+      }
+      if (fused_nodes == 0) continue;
+      for (size_t k = fused_y_read ? 0 : 1; k < fused_steps; ++k) conv.epilogue.push_back(steps[k]);
+      for (size_t k = 0; k < fused_nodes; ++k) {
+        conv.fused_ops.push_back(g.nodes[chain[k]].op);
+        drop[chain[k]] = true;
+      }
+      const size_t len = fused_nodes;
+      conv.outputs[0] = g.nodes[chain[len - 1]].outputs[0];
+    }
+    remove_nodes(g, drop, readers);
+  }
+
+  // Conv -> BatchNormalization with constant statistics becomes one Conv: per output channel
+  // c, s = scale[c] / sqrt(var[c] + epsilon); W'[c] = W[c] * s; b'[c] = (b[c] - mean[c]) * s +
+  // B[c]. Only when the Conv's weights (and bias) are initializers and the BN is the Conv
+  // output's only reader; the folded weights are new values, so shared initializers stay.
+  void fold_batch_norms(Graph& g) {
+    const std::vector<int> readers = count_readers(g);
+    std::vector<int> producer = find_producers(g);
+    auto constant = [&](int id) { return constant_value(g, producer, id); };
     auto f32_init = [&](int id, int64_t n) -> const Tensor* {
       const Tensor* t = constant(id);
       if (!t || t->dtype != DType::kF32 || t->numel() != n || !t->buf) return nullptr;
@@ -221,8 +394,14 @@ struct Loader {
       producer[bn.outputs[0]] = pi;
       drop[i] = true;
     }
+    remove_nodes(g, drop, readers);
+  }
+
+  // Removes the nodes marked in `drop`, then Constant nodes and initializers that only they read
+  // (`readers`: each value's reader count before the removal).
+  static void remove_nodes(Graph& g, std::vector<bool>& drop, const std::vector<int>& readers) {
     if (std::find(drop.begin(), drop.end(), true) == drop.end()) return;
-    // Constant nodes whose only readers were folded away go too.
+    // Constant nodes whose only readers were removed go too.
     std::vector<int> left(g.names.size(), 0);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (drop[i]) continue;
@@ -375,6 +554,7 @@ struct Loader {
             np.domain());
       }
       const OpDef* def = find_op(n.op);
+      n.def = def;
       if (!def && n.op != "If") {
         return make_error(StatusCode::kUnsupported, "unsupported operator {} (node '{}')", n.op,
                           n.name);
@@ -447,6 +627,7 @@ struct Loader {
       g.output_info.push_back(value_info(out));
     }
     fold_batch_norms(g);
+    if (fuse) fuse_epilogues(g);
     // Liveness: the last node index that reads each value.
     g.last_use.assign(g.names.size(), -1);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -469,13 +650,15 @@ bool is_view_op(const std::string& op) {
 
 }  // namespace
 
-Result<std::shared_ptr<const Model>> Model::load_file(const std::string& path) {
+Result<std::shared_ptr<const Model>> Model::load_file(const std::string& path,
+                                                      const LoadOptions& options) {
   auto bytes = read_file(path);
   if (!bytes.ok()) return std::move(bytes).take_status();
-  return load_bytes(bytes->data(), bytes->size());
+  return load_bytes(bytes->data(), bytes->size(), options);
 }
 
-Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t size) {
+Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t size,
+                                                       const LoadOptions& options) {
   if (size > (size_t{2} << 30) - 1) {
     return make_error(StatusCode::kUnsupported,
                       "ONNX file of {} bytes exceeds protobuf's 2 GiB limit", size);
@@ -496,6 +679,7 @@ Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t 
   }
   Loader loader;
   loader.opset = m->opset_;
+  loader.fuse = options.fuse_elementwise;
   m->graph_ = std::make_shared<Graph>();
   POWER_RETURN_IF_ERROR(loader.load_graph(mp.graph(), *m->graph_));
   // Keep a weight-free copy for shape inference: small initializers (shape constants) stay.
@@ -533,6 +717,19 @@ std::map<std::string, int> Model::op_counts() const {
   std::function<void(const Graph&)> walk = [&](const Graph& g) {
     for (const auto& n : g.nodes) {
       counts[n.op]++;
+      for (const auto& [k, a] : n.attrs)
+        if (a.g) walk(*a.g);
+    }
+  };
+  walk(*graph_);
+  return counts;
+}
+
+std::map<std::string, int> Model::fused_counts() const {
+  std::map<std::string, int> counts;
+  std::function<void(const Graph&)> walk = [&](const Graph& g) {
+    for (const auto& n : g.nodes) {
+      for (const auto& op : n.fused_ops) counts[op]++;
       for (const auto& [k, a] : n.attrs)
         if (a.g) walk(*a.g);
     }
@@ -688,15 +885,10 @@ struct Exec {
       // Kernels write out[0] (and LSTM out[1..2]) unconditionally: never fewer than 3 slots.
       out.assign(std::max<size_t>(n.outputs.size(), 3), Tensor{});
       Status st;
-      if (n.op == "If") {
-        st = run_if(g, n, vals, out);
-      } else {
-        const OpDef* def = find_op(n.op);
-        st = def->run(n, in, out, ctx);
-      }
+      const OpDef* def = n.def;
+      st = def ? def->run(n, in, out, ctx) : run_if(g, n, vals, out);
       if (!st.ok()) return std::move(st).with("node", n.name.empty() ? n.op : n.name);
       if (stats) stats->nodes_run++;
-      const OpDef* def = find_op(n.op);
       bool view = def && def->view;
       for (size_t o = 0; o < n.outputs.size(); ++o) {
         int id = n.outputs[o];

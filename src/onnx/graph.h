@@ -28,6 +28,7 @@ class ThreadPool;
 namespace power::onnx {
 
 struct Graph;
+struct OpDef;
 
 struct Attr {
   enum Kind { kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings };
@@ -42,6 +43,36 @@ struct Attr {
   std::vector<std::string> strings;
 };
 
+// One elementwise step of a chain fused into the node that produces its input (a Conv's
+// epilogue): t is the running value, s a register that kSave loads with t, and a either one
+// constant or, when `channel` is not empty, channel[c] for output channel c (an operand of shape
+// [C,1,1] or [1,C,1,1]). Each other step is the float operation the removed node performed,
+// operands in its order, so fused results are the same bits.
+struct FusedStep {
+  enum Kind : uint8_t {
+    kSave,         // s = t
+    kAdd,          // t + a
+    kSub,          // t - a
+    kRSub,         // a - t
+    kMul,          // t * a
+    kDiv,          // t / a
+    kRDiv,         // a / t
+    kAddS,         // t + s
+    kSubS,         // t - s
+    kRSubS,        // s - t
+    kMulS,         // t * s
+    kDivS,         // t / s
+    kRDivS,        // s / t
+    kClip,         // min(max(t, a), b)
+    kRelu,         // t > 0 ? t : 0
+    kSigmoid,      // 1 / (1 + e^-t), the Sigmoid kernel's form
+    kHardSigmoid,  // max(0, min(1, a * t + b))
+  };
+  Kind kind = kRelu;
+  float a = 0, b = 0;
+  std::vector<float> channel;
+};
+
 struct Node {
   std::string op;
   std::string name;
@@ -50,6 +81,11 @@ struct Node {
   std::vector<int> captures;  // enclosing-scope values that this node's subgraphs read
   std::map<std::string, Attr> attrs;
   int opset = 0;
+  const OpDef* def = nullptr;  // the kernel (ops.h); null for If, which the interpreter runs
+  // Elementwise nodes fused into this one's output (Conv only), applied in order; fused_ops
+  // names them for inspection.
+  std::vector<FusedStep> epilogue;
+  std::vector<std::string> fused_ops;
 
   bool has(const std::string& a) const { return attrs.count(a) != 0; }
   int64_t attr_i(const std::string& a, int64_t def) const;
@@ -96,20 +132,31 @@ struct RunStats {
   int nodes_run = 0;
 };
 
+struct LoadOptions {
+  // Fuse chains of elementwise nodes (Relu, Clip, Sigmoid, HardSigmoid, Add/Sub/Mul/Div by a
+  // scalar constant or by the chain's input: HardSwish and Swish as exported) into the Conv
+  // that produces their input. Results are bit-identical either way; off is for comparison.
+  bool fuse_elementwise = true;
+};
+
 class Model {
  public:
   // Parses and validates; errors are kCorrupt (bytes), kUnsupported (operator, attribute
   // variant, element type, external data), kInvalidArgument (graph structure).
-  static Result<std::shared_ptr<const Model>> load_file(const std::string& path);
-  static Result<std::shared_ptr<const Model>> load_bytes(const void* data, size_t size);
+  static Result<std::shared_ptr<const Model>> load_file(const std::string& path,
+                                                        const LoadOptions& options = {});
+  static Result<std::shared_ptr<const Model>> load_bytes(const void* data, size_t size,
+                                                         const LoadOptions& options = {});
 
   const Graph& graph() const { return *graph_; }
   int64_t opset() const { return opset_; }
   int64_t ir_version() const { return ir_version_; }
   const std::string& producer() const { return producer_; }
   int64_t weight_bytes() const;
-  // Operators used by the main graph and its subgraphs, with counts.
+  // Operators used by the main graph and its subgraphs, with counts (after fusion).
   std::map<std::string, int> op_counts() const;
+  // Elementwise nodes fused into their producers at load, by operator.
+  std::map<std::string, int> fused_counts() const;
 
   // Peak memory for inputs of these shapes (one per runtime input, in graph input order);
   // symbolic dims of the declared inputs are replaced by the given ones.

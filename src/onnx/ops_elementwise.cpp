@@ -437,15 +437,11 @@ Status unary_f32(const Node& n, const Ins& in, Outs& out, F f) {
   return Status();
 }
 
-float sigmoid(float x) {
-  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
-}
-
 Status op_relu(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return x > 0 ? x : 0.0f; });
+  return unary_f32(n, in, out, relu_f32);
 }
 Status op_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, sigmoid);
+  return unary_f32(n, in, out, sigmoid_f32);
 }
 Status op_tanh(const Node& n, const Ins& in, Outs& out, OpContext&) {
   return unary_f32(n, in, out, [](float x) { return std::tanh(x); });
@@ -485,8 +481,7 @@ Status op_softsign(const Node& n, const Ins& in, Outs& out, OpContext&) {
 }
 Status op_hard_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext&) {
   float a = n.attr_f("alpha", 0.2f), b = n.attr_f("beta", 0.5f);
-  return unary_f32(n, in, out,
-                   [a, b](float x) { return std::max(0.0f, std::min(1.0f, a * x + b)); });
+  return unary_f32(n, in, out, [a, b](float x) { return hard_sigmoid_f32(x, a, b); });
 }
 Status op_hard_swish(const Node& n, const Ins& in, Outs& out, OpContext&) {
   return unary_f32(n, in, out, [](float x) {
@@ -566,7 +561,7 @@ Status op_clip(const Node& n, const Ins& in, Outs& out, OpContext&) {
   }
   if (x.dtype == DType::kF32) {
     float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
-    return unary_f32(n, in, out, [flo, fhi](float v) { return std::min(std::max(v, flo), fhi); });
+    return unary_f32(n, in, out, [flo, fhi](float v) { return clip_f32(v, flo, fhi); });
   }
   POWER_ASSIGN_OR_RETURN(out[0], make_tensor(x.dtype, x.shape));
   POWER_ASSIGN_OR_RETURN(auto xv, to_f64_vector(x));

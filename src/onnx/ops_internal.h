@@ -1,6 +1,7 @@
 // Shared helpers of the kernel sources (ops_*.cpp). Internal to src/onnx.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -23,6 +24,25 @@ inline bool norm_axis(int64_t& axis, int64_t rank) {
   if (axis < 0) axis += rank;
   return axis >= 0 && axis < rank;
 }
+
+// Scalar forms shared by the elementwise kernels and Conv's fused epilogue, so a fused node
+// computes the same bits as the node it replaces.
+inline float relu_f32(float x) {
+  return x > 0 ? x : 0.0f;
+}
+inline float sigmoid_f32(float x) {
+  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
+}
+inline float hard_sigmoid_f32(float x, float a, float b) {
+  return std::max(0.0f, std::min(1.0f, a * x + b));
+}
+inline float clip_f32(float x, float lo, float hi) {
+  return std::min(std::max(x, lo), hi);
+}
+
+// y[0..n) of output channel c: adds *bias when given, then applies the fused steps in order.
+void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,
+                    int64_t n);
 
 // Writes v into element i of t, converted to t's element type.
 void store_f64(Tensor& t, int64_t i, double v);

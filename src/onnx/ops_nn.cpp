@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
+#include "onnx/epilogue_impl.h"
 #include "onnx/ops_internal.h"
 #include "onnx/sgemm_avx2.h"
 
@@ -325,33 +326,38 @@ void valid_columns(const Geo& g, int64_t off, int64_t& lo, int64_t& hi) {
   lo = std::min(lo, hi);
 }
 
-// im2col rows [c0, c1) of input channels: row ((c * kh + i) * kw + j) of `col` holds, for every
-// output position, the input pixel tap (i, j) of channel c reads (0 in the padding). Each output
-// row is zero edges around one contiguous copy (stride 1) or one strided gather, no bounds tests.
-void im2col(const Geo& g, const float* xin, int64_t c0, int64_t c1, float* col) {
-  const int64_t P = g.OH * g.OW;
+// im2col rows [c0, c1) of input channels for output positions [p0, p1): row
+// ((c * kh + i) * kw + j) of `col` (rows ld apart) holds at p - p0, for each position p, the
+// input pixel tap (i, j) of channel c reads (0 in the padding). Each output row's share is zero
+// edges around one contiguous copy (stride 1) or one strided gather, no bounds tests.
+void im2col(const Geo& g, const float* xin, int64_t c0, int64_t c1, int64_t p0, int64_t p1,
+            float* col, int64_t ld) {
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
-        float* row = col + ((c * g.kh + i) * g.kw + j) * P;
+        float* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         const int64_t off = j * g.dw - g.pl;
         int64_t lo, hi;
         valid_columns(g, off, lo, hi);
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
+        for (int64_t oh = p0 / g.OW; oh * g.OW < p1; ++oh) {
+          // Output columns [a, b) of this row fall in the range; they go to row[at + ow].
+          const int64_t a = std::max<int64_t>(0, p0 - oh * g.OW);
+          const int64_t b = std::min(g.OW, p1 - oh * g.OW);
+          float* __restrict r = row + (oh * g.OW + a - p0);  // column a
           const int64_t ih = oh * g.sh - g.pt + i * g.dh;
-          float* __restrict r = row + oh * g.OW;
           if (ih < 0 || ih >= g.H) {
-            std::fill(r, r + g.OW, 0.0f);
+            std::fill(r, r + (b - a), 0.0f);
             continue;
           }
           const float* __restrict src = xin + (c * g.H + ih) * g.W + off;
-          std::fill(r, r + lo, 0.0f);
+          const int64_t l = std::clamp(lo, a, b), h = std::clamp(hi, l, b);
+          std::fill(r, r + (l - a), 0.0f);
           if (g.sw == 1) {
-            std::copy(src + lo, src + hi, r + lo);
+            std::copy(src + l, src + h, r + (l - a));
           } else {
-            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = src[ow * g.sw];
+            for (int64_t ow = l; ow < h; ++ow) r[ow - a] = src[ow * g.sw];
           }
-          std::fill(r + hi, r + g.OW, 0.0f);
+          std::fill(r + (h - a), r + (b - a), 0.0f);
         }
       }
 }
@@ -413,24 +419,50 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
                    g.pb == 0 && g.pr == 0;
   bool depthwise = cg == 1 && mg == 1;
+  // Non-depthwise products go by column chunks: im2col of the chunk's output positions (about
+  // 512 KiB), its product, then the bias and the fused epilogue while the chunk's output rows
+  // (about 256 KiB) are still in cache; the pool takes chunks, each thread with its own im2col
+  // block. Deep layers (few output positions, many channels) instead build the whole im2col
+  // matrix and let sgemm split the rows.
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  int64_t chunk = std::clamp<int64_t>((65536 / mg) / 64 * 64, 64, 4096);
+  if (!pointwise) chunk = std::min(chunk, std::max<int64_t>(64, (131072 / kk) / 16 * 16));
+  const int64_t chunks = (P + chunk - 1) / chunk;
+  const bool by_rows = threads > 1 && chunks < 2 * threads;
   Tensor col;  // im2col rows, every element written before the SGEMM reads them
   if (!pointwise && !depthwise) {
-    POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {kk, P}));
+    POWER_ASSIGN_OR_RETURN(col, by_rows ? make_tensor_uninit(DType::kF32, {kk, P})
+                                        : make_tensor_uninit(DType::kF32, {threads, kk * chunk}));
   }
-  // Channel-parallel work (depthwise planes, im2col rows) goes to the pool when it has threads.
+  // Channel-parallel work (depthwise planes, im2col rows, chunks) goes to the pool when it has
+  // threads.
   auto channels = [&](int64_t count, const std::function<void(size_t, size_t, int)>& fn) {
-    if (ctx.pool && ctx.pool->size() > 1 && count > 1) {
+    if (threads > 1 && count > 1) {
       ctx.pool->parallel_for(static_cast<size_t>(count), fn);
     } else {
       fn(0, static_cast<size_t>(count), 0);
     }
   };
+  const std::vector<FusedStep>& epi = n.epilogue;
+#if defined(POWER_ONNX_AVX2)
+  const bool dw_avx2 = depthwise && g.sw == 1 && cpu_isa() != CpuIsa::kScalar;
+  const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.dh, g.dw, g.pt, g.pl};
+#endif
   for (int64_t b = 0; b < g.N; ++b) {
     if (depthwise) {
       channels(group, [&](size_t c0, size_t c1, int) {
-        for (size_t c = c0; c < c1; ++c)
-          depthwise_plane(g, px + (b * g.C + c) * g.H * g.W, pw + c * kk, bias ? bias[c] : 0.0f,
-                          py + (b * M + c) * P);
+        for (size_t c = c0; c < c1; ++c) {
+          float* plane = py + (b * M + c) * P;
+          const float* xplane = px + (b * g.C + c) * g.H * g.W;
+          const float bc = bias ? bias[c] : 0.0f;
+#if defined(POWER_ONNX_AVX2)
+          if (dw_avx2) {
+            depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane);
+          } else
+#endif
+            depthwise_plane(g, xplane, pw + c * kk, bc, plane);
+          if (!epi.empty()) apply_epilogue(epi, nullptr, static_cast<int64_t>(c), plane, P);
+        }
       });
       continue;
     }
@@ -438,24 +470,58 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       const float* xin = px + (b * g.C + gi * cg) * g.H * g.W;
       float* yout = py + (b * M + gi * mg) * P;
       const float* wg = pw + gi * mg * kk;
-      const float* bmat = xin;
-      if (!pointwise) {
-        channels(cg, [&](size_t c0, size_t c1, int) {
-          im2col(g, xin, static_cast<int64_t>(c0), static_cast<int64_t>(c1),
-                 col.mutable_data<float>());
-        });
-        bmat = col.data<float>();
+      const float* bg = bias ? bias + gi * mg : nullptr;
+      if (by_rows) {
+        const float* bmat = xin;
+        if (!pointwise) {
+          channels(cg, [&](size_t c0, size_t c1, int) {
+            im2col(g, xin, static_cast<int64_t>(c0), static_cast<int64_t>(c1), 0, P,
+                   col.mutable_data<float>(), P);
+          });
+          bmat = col.data<float>();
+        }
+        sgemm(ctx.pool, mg, P, kk, wg, kk, false, bmat, P, false, yout, P, false);
+        if (bg || !epi.empty()) {
+          channels(mg, [&](size_t m0, size_t m1, int) {
+            for (size_t m = m0; m < m1; ++m)
+              apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + static_cast<int64_t>(m),
+                             yout + static_cast<int64_t>(m) * P, P);
+          });
+        }
+        continue;
       }
-      sgemm(ctx.pool, mg, P, kk, wg, kk, false, bmat, P, false, yout, P, false);
+      channels(chunks, [&](size_t c0, size_t c1, int thread) {
+        float* cb = pointwise ? nullptr : col.mutable_data<float>() + thread * kk * chunk;
+        for (size_t c = c0; c < c1; ++c) {
+          const int64_t j0 = static_cast<int64_t>(c) * chunk, j1 = std::min(P, j0 + chunk);
+          const int64_t len = j1 - j0;
+          if (pointwise) {
+            gemm_block(0, mg, 0, len, kk, wg, kk, xin + j0, P, yout + j0, P, true);
+          } else {
+            im2col(g, xin, 0, cg, j0, j1, cb, len);
+            gemm_block(0, mg, 0, len, kk, wg, kk, cb, len, yout + j0, P, true);
+          }
+          if (!bg && epi.empty()) continue;
+          for (int64_t m = 0; m < mg; ++m)
+            apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + m, yout + m * P + j0, len);
+        }
+      });
     }
-    if (bias)
-      for (int64_t m = 0; m < M; ++m) {
-        float* yr = py + (b * M + m) * P;
-        for (int64_t p = 0; p < P; ++p) yr[p] += bias[m];
-      }
   }
   return Status();
 }
+
+}  // namespace
+
+void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,
+                    int64_t n) {
+#if defined(POWER_ONNX_AVX2)
+  if (cpu_isa() != CpuIsa::kScalar) return apply_epilogue_avx2(steps, bias, c, y, n);
+#endif
+  epilogue_block_loop(steps, bias, c, y, n);
+}
+
+namespace {
 
 Status check_conv_transpose(const Node& n) {
   POWER_RETURN_IF_ERROR(check_conv(n));

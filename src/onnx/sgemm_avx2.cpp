@@ -1,5 +1,6 @@
-// AVX2/FMA SGEMM block for the ONNX kernels (compiled with -mavx2 -mfma; called only when
-// the kernels layer's ISA choice, kernels/cpu/isa.h, is AVX2 or better).
+// AVX2/FMA SGEMM block and depthwise convolution plane for the ONNX kernels (compiled with
+// -mavx2 -mfma; called only when the kernels layer's ISA choice, kernels/cpu/isa.h, is AVX2 or
+// better).
 //
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1], row-major. The product is computed in
 // register tiles of up to 6 rows x 16 columns (12 accumulators): per k, two loads of B, one
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "onnx/epilogue_impl.h"
 #include "onnx/sgemm_avx2.h"
 
 namespace power::onnx {
@@ -121,6 +123,69 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
         }
       }
     }
+  }
+}
+
+void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
+                         float* y, int64_t n) {
+  epilogue_block_loop(steps, bias, c, y, n);
+}
+
+void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
+                          float* yout) {
+  // Output columns [lo, hi) read only in-plane input columns for every tap j (ow + j*dw - pl).
+  const int64_t last = (g.kw - 1) * g.dw - g.pl;
+  const int64_t lo = std::min(g.OW, std::max<int64_t>(0, g.pl));
+  const int64_t hi = std::max(lo, std::min(g.OW, g.W - last));
+  const __m256 vb = _mm256_set1_ps(bias);
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    float* yr = yout + oh * g.OW;
+    int64_t i0 = 0, i1 = g.kh;  // taps whose input row is inside the plane
+    while (i0 < i1 && oh * g.sh - g.pt + i0 * g.dh < 0) ++i0;
+    while (i1 > i0 && oh * g.sh - g.pt + (i1 - 1) * g.dh >= g.H) --i1;
+    auto scalar = [&](int64_t ow) {
+      float sum = bias;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W;
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t col = ow + j * g.dw - g.pl;
+          if (col >= 0 && col < g.W) sum += w[i * g.kw + j] * xr[col];
+        }
+      }
+      yr[ow] = sum;
+    };
+    for (int64_t ow = 0; ow < lo; ++ow) scalar(ow);
+    int64_t ow = lo;
+    for (; ow + 32 <= hi; ow += 32) {
+      __m256 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W + ow - g.pl;
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const __m256 wv = _mm256_broadcast_ss(w + i * g.kw + j);
+          const float* x = xr + j * g.dw;
+          a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), a0);
+          a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 8), a1);
+          a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 16), a2);
+          a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 24), a3);
+        }
+      }
+      _mm256_storeu_ps(yr + ow, a0);
+      _mm256_storeu_ps(yr + ow + 8, a1);
+      _mm256_storeu_ps(yr + ow + 16, a2);
+      _mm256_storeu_ps(yr + ow + 24, a3);
+    }
+    for (; ow < hi; ow += 8) {
+      const __m256i m = lane_mask(hi - ow);
+      __m256 a = vb;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W + ow - g.pl;
+        for (int64_t j = 0; j < g.kw; ++j)
+          a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + i * g.kw + j),
+                              _mm256_maskload_ps(xr + j * g.dw, m), a);
+      }
+      _mm256_maskstore_ps(yr + ow, m, a);
+    }
+    for (ow = std::max(hi, lo); ow < g.OW; ++ow) scalar(ow);
   }
 }
 

@@ -41,8 +41,34 @@ TEST(CliOnnx, InspectPrintsPlannedPeak) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = json::parse(r.out);
   EXPECT_EQ(j["opset"], 8);
-  EXPECT_EQ(j["plan"]["peak_bytes"], 2 * 8 * 28 * 28 * 4);
+  // conv1's 8x28x28 output (its bias Add and Relu fused in) beside the 8x14x14 MaxPool output.
+  EXPECT_EQ(j["plan"]["peak_bytes"], 8 * 28 * 28 * 4 + 8 * 14 * 14 * 4);
   EXPECT_EQ(j["operators"]["Conv"], 2);
+}
+
+// MNIST's Conv -> Add [8,1,1] -> Relu, twice: the Add and Relu run as the Conv's epilogue,
+// unless --no-fuse keeps them apart.
+TEST(CliOnnx, InspectShowsFusedNodes) {
+  POWER_REQUIRE_SHARED();
+  const std::string model = shared_dir() + "/models/vision/mnist-8.onnx";
+  auto fused = run_power({"onnx", "inspect", model, "--json"});
+  auto plain = run_power({"onnx", "inspect", model, "--json", "--no-fuse"});
+  ASSERT_EQ(fused.exit_code, 0) << fused.err;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto f = json::parse(fused.out), p = json::parse(plain.out);
+  EXPECT_EQ(f["fused"]["Add"], 2);
+  EXPECT_EQ(f["fused"]["Relu"], 2);
+  EXPECT_FALSE(f["operators"].contains("Relu"));
+  EXPECT_EQ(f["operators"]["Add"], 1);  // the bias after the MatMul is no Conv's
+  EXPECT_EQ(f["nodes"], 8);
+  EXPECT_TRUE(p["fused"].empty());
+  EXPECT_EQ(p["operators"]["Relu"], 2);
+  EXPECT_EQ(p["nodes"], 12);
+  // Unfused, an elementwise node's input and output (two 8x28x28 maps) are live at once.
+  EXPECT_EQ(p["plan"]["peak_bytes"], 2 * 8 * 28 * 28 * 4);
+  EXPECT_EQ(f["plan"]["peak_bytes"], 8 * 28 * 28 * 4 + 8 * 14 * 14 * 4);
+  auto text = run_power({"onnx", "inspect", model});
+  EXPECT_NE(text.out.find("fused into Conv: Add 2 Relu 2"), std::string::npos) << text.out;
 }
 
 TEST(CliOnnx, BadInputsAreCleanErrors) {

@@ -39,19 +39,25 @@ TEST(OnnxMnist, LogitsMatchOnnxruntime) {
 TEST(OnnxMnist, PlannedPeakEqualsMeasuredPeak) {
   POWER_REQUIRE_SHARED();
   std::string dir = shared_dir() + "/models/vision/";
-  auto model = Model::load_file(dir + "mnist-8.onnx");
-  ASSERT_TRUE(model.ok());
-  auto plan = (*model)->plan_memory({{1, 1, 28, 28}});
-  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  EXPECT_TRUE(plan->complete());
-  // By hand: conv1 out 8x28x28 f32 = 25088 B; its +bias and relu are 25088 each. The largest
-  // moment holds two such buffers (input and output of an elementwise node): 50176 B.
-  EXPECT_EQ(plan->peak_bytes, 2 * 8 * 28 * 28 * 4);
-  RunStats stats;
-  std::vector<float> zeros(28 * 28, 0.0f);
-  auto out = (*model)->run({make_f32({1, 1, 28, 28}, zeros)}, nullptr, &stats);
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ(stats.peak_bytes, plan->peak_bytes);
+  for (bool fuse : {true, false}) {
+    LoadOptions options;
+    options.fuse_elementwise = fuse;
+    auto model = Model::load_file(dir + "mnist-8.onnx", options);
+    ASSERT_TRUE(model.ok());
+    auto plan = (*model)->plan_memory({{1, 1, 28, 28}});
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    EXPECT_TRUE(plan->complete());
+    // By hand: conv1 out 8x28x28 f32 = 25088 B. Unfused, its +bias and relu are 25088 each and
+    // the largest moment holds two such buffers (input and output of an elementwise node):
+    // 50176 B. Fused, the Add and Relu run on the Conv's output, and the largest moment is that
+    // output with the 8x14x14 MaxPool output (6272 B): 31360 B.
+    EXPECT_EQ(plan->peak_bytes, fuse ? 8 * 28 * 28 * 4 + 8 * 14 * 14 * 4 : 2 * 8 * 28 * 28 * 4);
+    RunStats stats;
+    std::vector<float> zeros(28 * 28, 0.0f);
+    auto out = (*model)->run({make_f32({1, 1, 28, 28}, zeros)}, nullptr, &stats);
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(stats.peak_bytes, plan->peak_bytes);
+  }
 }
 
 // Runs reuse the buffers of earlier runs (BufferPool): a run after another input's run gives

@@ -398,18 +398,18 @@ TEST(OnnxHttp, BadBodiesAreClearErrorsAndTheServerKeepsServing) {
 TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   REQUIRE_MODELS();
   {
-    // A budget below MNIST's planned peak (2 x 8x28x28 floats = 50,176 bytes): never fits.
+    // A budget below MNIST's planned peak (8x28x28 + 8x14x14 floats = 31,360 bytes): never fits.
     ServerOptions o = onnx_options(temp_keys_dir());
-    o.onnx.budget_bytes = 40000;
+    o.onnx.budget_bytes = 30000;
     InProcessServer srv;
     ASSERT_TRUE(srv.start(o).ok());
     expect_error(
         post_bytes(srv.port(), "/v1/classify", slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp"),
-        400, "does_not_fit", "40000");
+        400, "does_not_fit", "30000");
     const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
     EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"does_not_fit\"}"),
               1u);
-    EXPECT_EQ(metric(m, "power_onnx_budget_bytes"), 40000u);
+    EXPECT_EQ(metric(m, "power_onnx_budget_bytes"), 30000u);
   }
   // One execution at a time, one waiter, 1 s queue timeout: while a long VAD runs, of two
   // classify requests one waits and times out (503), the other finds the queue full (429).

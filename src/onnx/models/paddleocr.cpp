@@ -223,16 +223,16 @@ std::vector<uint32_t> utf8_codepoints(const std::string& s) {
 }  // namespace
 
 Result<PaddleOcr> PaddleOcr::load(const std::string& det_path, const std::string& rec_path,
-                                  const std::string& keys_path) {
+                                  const std::string& keys_path, const LoadOptions& options) {
   PaddleOcr ocr;
   if (!det_path.empty()) {
-    POWER_ASSIGN_OR_RETURN(ocr.det_, Model::load_file(det_path));
+    POWER_ASSIGN_OR_RETURN(ocr.det_, Model::load_file(det_path, options));
     if (ocr.det_->graph().inputs.size() != 1 || ocr.det_->graph().outputs.size() != 1) {
       return make_error(StatusCode::kInvalidArgument,
                         "detection model must have one input and one output");
     }
   }
-  POWER_ASSIGN_OR_RETURN(ocr.rec_, Model::load_file(rec_path));
+  POWER_ASSIGN_OR_RETURN(ocr.rec_, Model::load_file(rec_path, options));
   if (ocr.rec_->graph().inputs.size() != 1 || ocr.rec_->graph().outputs.size() != 1) {
     return make_error(StatusCode::kInvalidArgument,
                       "recognition model must have one input and one output");

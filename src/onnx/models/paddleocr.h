@@ -38,7 +38,7 @@ class PaddleOcr {
  public:
   // det may be null (recognition only). keys: ppocr_keys_v1.txt, one character per line.
   static Result<PaddleOcr> load(const std::string& det_path, const std::string& rec_path,
-                                const std::string& keys_path);
+                                const std::string& keys_path, const LoadOptions& options = {});
 
   // Recognizes one text line image (any height; resized to 48).
   Result<OcrLine> recognize(const Image& rgb, ThreadPool* pool = nullptr) const;

@@ -22,8 +22,8 @@ Status SileroVad::validate(const Model& model) {
   return Status();
 }
 
-Result<SileroVad> SileroVad::load(const std::string& path) {
-  POWER_ASSIGN_OR_RETURN(auto model, Model::load_file(path));
+Result<SileroVad> SileroVad::load(const std::string& path, const LoadOptions& options) {
+  POWER_ASSIGN_OR_RETURN(auto model, Model::load_file(path, options));
   POWER_RETURN_IF_ERROR(validate(*model));
   return SileroVad(std::move(model));
 }

@@ -36,7 +36,7 @@ class SileroVad {
  public:
   explicit SileroVad(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
   // Checks the graph's inputs (input, state, sr) before any audio is run.
-  static Result<SileroVad> load(const std::string& path);
+  static Result<SileroVad> load(const std::string& path, const LoadOptions& options = {});
   static Status validate(const Model& model);
 
   // One probability per window. sample_rate must be 16000 or 8000.

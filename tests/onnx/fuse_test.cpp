@@ -1,0 +1,424 @@
+// Elementwise chains fused into the Conv before them at load (graph.cpp fuse_epilogues): which
+// nodes disappear, which stay, and that every fused graph gives the same bits as the same graph
+// loaded with LoadOptions::fuse_elementwise off, on synthetic graphs that use every step kind
+// and on PaddleOCR's detector and recognizer.
+#include <gtest/gtest.h>
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "onnx/graph.h"
+#include "onnx_test_util.h"
+
+namespace power::onnx {
+namespace {
+
+using power::testing::ocr_asset;
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(int opset) {
+    m_.set_ir_version(8);
+    m_.add_opset_import()->set_version(opset);
+    g_ = m_.mutable_graph();
+  }
+  void input(const std::string& name, std::vector<int64_t> dims) {
+    auto* in = g_->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(1);
+    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void init(const std::string& name, std::vector<int64_t> dims, const std::vector<float>& v) {
+    auto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(1);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float f : v) t->add_float_data(f);
+  }
+  // A scalar as a Constant node, the way paddle2onnx exports HardSwish's 3 and 6.
+  void constant(const std::string& name, float v) {
+    auto* n = g_->add_node();
+    n->set_op_type("Constant");
+    n->add_output(name);
+    auto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(::onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(1);
+    a->mutable_t()->add_float_data(v);
+  }
+  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> ins, std::string out) {
+    auto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_" + op);
+    for (const auto& s : ins) n->add_input(s);
+    n->add_output(out);
+    return n;
+  }
+  static void attr_f(::onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  static void attr_i(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  void output(const std::string& name) { g_->add_output()->set_name(name); }
+  std::string bytes() const { return m_.SerializeAsString(); }
+
+ private:
+  ::onnx::ModelProto m_;
+  ::onnx::GraphProto* g_;
+};
+
+std::vector<float> random_floats(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+// x [1,C,5,7] -> Conv (3x3 pad 1, or depthwise when `depthwise`) with bias -> y.
+void conv(GraphBuilder& b, int64_t C, bool depthwise, const std::string& y) {
+  b.input("x", {1, C, 5, 7});
+  const int64_t per = depthwise ? 1 : C;
+  b.init("W", {C, per, 3, 3}, random_floats(static_cast<size_t>(C * per * 9), -0.2f, 0.2f, 7));
+  b.init("B", {C}, random_floats(static_cast<size_t>(C), 2.5f, 3.5f, 8));
+  auto* n = b.node("Conv", {"x", "W", "B"}, y);
+  auto* pads = n->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  if (depthwise) GraphBuilder::attr_i(n, "group", C);
+}
+
+struct Loaded {
+  std::shared_ptr<const Model> fused, plain;
+};
+
+Loaded load_both(const std::string& bytes) {
+  Loaded l;
+  auto f = Model::load_bytes(bytes.data(), bytes.size());
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  LoadOptions off;
+  off.fuse_elementwise = false;
+  auto p = Model::load_bytes(bytes.data(), bytes.size(), off);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (f.ok()) l.fused = *f;
+  if (p.ok()) l.plain = *p;
+  return l;
+}
+
+// Runs both models on the same input, one thread and two, and requires identical bytes.
+void expect_same_bits(const Loaded& l, const Tensor& x) {
+  ASSERT_TRUE(l.fused && l.plain);
+  ThreadPool two(2);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+    auto a = l.fused->run({x}, pool);
+    auto b = l.plain->run({x}, pool);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t i = 0; i < a->size(); ++i) {
+      ASSERT_EQ((*a)[i].shape, (*b)[i].shape);
+      ASSERT_EQ((*a)[i].nbytes(), (*b)[i].nbytes());
+      EXPECT_EQ(std::memcmp((*a)[i].buf->data(), (*b)[i].buf->data(), (*a)[i].nbytes()), 0)
+          << "output " << i << (pool ? " on two threads" : " on one thread");
+    }
+  }
+}
+
+Tensor input(int64_t C) {
+  return make_f32({1, C, 5, 7}, random_floats(static_cast<size_t>(C * 35), -1.0f, 1.0f, 9));
+}
+
+// paddle2onnx's HardSwish after a Conv and its exported BN scale/shift:
+// v = y * 0.9 + 0.1; out = v * (clip(v + 3, 0, 6) / 6), Clip's bounds as Constant inputs.
+std::string hard_swish_graph(bool depthwise) {
+  GraphBuilder b(11);
+  conv(b, 4, depthwise, "y");
+  b.constant("k09", 0.9f);
+  b.constant("k01", 0.1f);
+  b.constant("k3", 3.0f);
+  b.constant("k0", 0.0f);
+  b.constant("k6", 6.0f);
+  b.node("Mul", {"y", "k09"}, "s");
+  b.node("Add", {"s", "k01"}, "v");
+  b.node("Add", {"v", "k3"}, "a");
+  b.node("Clip", {"a", "k0", "k6"}, "c");
+  b.node("Div", {"c", "k6"}, "d");
+  b.node("Mul", {"v", "d"}, "out");
+  b.output("out");
+  return b.bytes();
+}
+
+TEST(OnnxFuse, HardSwishChainBecomesTheConvsEpilogue) {
+  for (bool depthwise : {false, true}) {
+    const Loaded l = load_both(hard_swish_graph(depthwise));
+    ASSERT_TRUE(l.fused && l.plain);
+    auto ops = l.fused->op_counts();
+    EXPECT_EQ(ops.size(), 1u) << "only the Conv is left";
+    EXPECT_EQ(ops["Conv"], 1);
+    auto fused = l.fused->fused_counts();
+    EXPECT_EQ(fused["Mul"], 2);
+    EXPECT_EQ(fused["Add"], 2);
+    EXPECT_EQ(fused["Clip"], 1);
+    EXPECT_EQ(fused["Div"], 1);
+    EXPECT_EQ(l.plain->op_counts()["Clip"], 1);
+    EXPECT_TRUE(l.plain->fused_counts().empty());
+    const Tensor x = input(4);
+    expect_same_bits(l, x);
+    // And the arithmetic itself: out = v * clip(v + 3, 0, 6) / 6 of the unfused Conv output.
+    GraphBuilder cb(11);
+    conv(cb, 4, depthwise, "y");
+    cb.output("y");
+    std::string cbytes = cb.bytes();
+    auto cm = Model::load_bytes(cbytes.data(), cbytes.size());
+    ASSERT_TRUE(cm.ok());
+    auto y = (*cm)->run({x});
+    auto out = l.fused->run({x});
+    ASSERT_TRUE(y.ok() && out.ok());
+    for (int64_t i = 0; i < (*y)[0].numel(); ++i) {
+      const double v = (*y)[0].data<float>()[i] * 0.9 + 0.1;
+      const double want = v * std::min(std::max(v + 3, 0.0), 6.0) / 6;
+      EXPECT_NEAR((*out)[0].data<float>()[i], want, 1e-5 * (1 + std::fabs(want))) << i;
+    }
+  }
+}
+
+TEST(OnnxFuse, EveryStepKindGivesTheSameBits) {
+  // Constant operands on either side, then the register forms (y read by several nodes).
+  GraphBuilder b(13);
+  conv(b, 3, false, "y");
+  b.init("half", {}, {0.5f});
+  b.init("two", {1}, {2.0f});
+  b.init("three", {}, {3.0f});
+  b.node("Sub", {"y", "half"}, "t1");    // t - a
+  b.node("Sub", {"two", "t1"}, "t2");    // a - t
+  b.node("Mul", {"three", "t2"}, "t3");  // a * t
+  b.node("Div", {"t3", "three"}, "t4");  // t / a
+  b.node("Div", {"two", "t4"}, "t5");    // a / t
+  b.node("Add", {"half", "t5"}, "t6");   // a + t
+  auto* hs = b.node("HardSigmoid", {"t6"}, "t7");
+  GraphBuilder::attr_f(hs, "alpha", 0.3f);
+  GraphBuilder::attr_f(hs, "beta", 0.4f);
+  b.node("Sigmoid", {"t7"}, "t8");
+  b.node("Clip", {"t8", "half"}, "t9");  // min only
+  b.node("Relu", {"t9"}, "u");
+  // u is read four times below: the register holds it.
+  b.node("Mul", {"u", "u"}, "r1");    // t * s with t == s
+  b.node("Sub", {"r1", "u"}, "r2");   // t - s
+  b.node("Sub", {"u", "r2"}, "r3");   // s - t
+  b.node("Div", {"r3", "u"}, "r4");   // t / s
+  b.node("Div", {"u", "r4"}, "r5");   // s / t
+  b.node("Add", {"r5", "u"}, "out");  // t + s
+  b.output("out");
+  const Loaded l = load_both(b.bytes());
+  ASSERT_TRUE(l.fused && l.plain);
+  EXPECT_EQ(l.fused->op_counts().size(), 1u);
+  auto fused = l.fused->fused_counts();
+  EXPECT_EQ(fused["Sub"], 4);
+  EXPECT_EQ(fused["Div"], 4);
+  EXPECT_EQ(fused["Mul"], 2);
+  EXPECT_EQ(fused["Add"], 2);
+  expect_same_bits(l, input(3));
+
+  // Per-channel operands ([1,C,1,1] and [C,1,1]) on either side.
+  GraphBuilder pc(13);
+  conv(pc, 3, false, "y");
+  pc.init("shift", {1, 3, 1, 1}, {0.5f, -1.0f, 2.0f});
+  pc.init("scale", {3, 1, 1}, {3.0f, -0.25f, 1.5f});
+  pc.node("Add", {"shift", "y"}, "p1");
+  pc.node("Div", {"scale", "p1"}, "p2");
+  pc.node("Sub", {"p2", "shift"}, "p3");
+  pc.node("Mul", {"p3", "scale"}, "out");
+  pc.output("out");
+  const Loaded pl = load_both(pc.bytes());
+  ASSERT_TRUE(pl.fused);
+  EXPECT_EQ(pl.fused->op_counts().size(), 1u);
+  expect_same_bits(pl, input(3));
+
+  // The Conv's own output read by the chain's last node (Swish: y * sigmoid(y)).
+  GraphBuilder s(13);
+  conv(s, 3, true, "y");
+  s.node("Sigmoid", {"y"}, "g");
+  s.node("Mul", {"y", "g"}, "out");
+  s.output("out");
+  const Loaded sl = load_both(s.bytes());
+  ASSERT_TRUE(sl.fused);
+  EXPECT_EQ(sl.fused->op_counts().size(), 1u);
+  expect_same_bits(sl, input(3));
+}
+
+TEST(OnnxFuse, ValuesReadOutsideTheChainStayUnfused) {
+  {
+    // The Conv output is also a graph output: nothing is fused.
+    GraphBuilder b(13);
+    conv(b, 2, false, "y");
+    b.node("Relu", {"y"}, "out");
+    b.output("out");
+    b.output("y");
+    const Loaded l = load_both(b.bytes());
+    ASSERT_TRUE(l.fused);
+    EXPECT_EQ(l.fused->op_counts()["Relu"], 1);
+    EXPECT_TRUE(l.fused->fused_counts().empty());
+    expect_same_bits(l, input(2));
+  }
+  {
+    // An intermediate read by a node outside the chain ends the chain there: Relu is fused,
+    // the Sigmoid after it is not (its input feeds the Add too).
+    GraphBuilder b(13);
+    conv(b, 2, false, "y");
+    b.init("W2", {2, 2, 1, 1}, {1, 0.5f, -0.5f, 1});
+    b.node("Relu", {"y"}, "r");
+    b.node("Sigmoid", {"r"}, "g");
+    b.node("Conv", {"r", "W2"}, "side");
+    b.node("Add", {"g", "side"}, "out");
+    b.output("out");
+    const Loaded l = load_both(b.bytes());
+    ASSERT_TRUE(l.fused);
+    auto ops = l.fused->op_counts();
+    EXPECT_EQ(ops.count("Relu"), 0u);
+    EXPECT_EQ(ops["Sigmoid"], 1);
+    EXPECT_EQ(ops["Add"], 1);
+    EXPECT_EQ(l.fused->fused_counts()["Relu"], 1);
+    expect_same_bits(l, input(2));
+  }
+  {
+    // An operand that varies along the width, and a Clip bound that is no constant, are not
+    // fused.
+    GraphBuilder b(13);
+    conv(b, 2, false, "y");
+    b.init("per_column", {1, 1, 1, 7}, {1.5f, -2.0f, 1, 2, 3, 4, 5});
+    b.node("Mul", {"y", "per_column"}, "m");
+    b.output("m");
+    const Loaded l = load_both(b.bytes());
+    ASSERT_TRUE(l.fused);
+    EXPECT_EQ(l.fused->op_counts()["Mul"], 1);
+    expect_same_bits(l, input(2));
+
+    GraphBuilder c(13);
+    conv(c, 2, false, "y");
+    c.input("lo", {});
+    c.node("Clip", {"y", "lo"}, "out");
+    c.output("out");
+    std::string bytes = c.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ((*m)->op_counts()["Clip"], 1);
+  }
+}
+
+// Depthwise Conv (the AVX2 plane kernel when the CPU has it, else the portable one; run under
+// POWER_FORCE_ISA=scalar too) against a float64 reference, over kernel sizes, pads, dilations,
+// strides and widths on both sides of the 32- and 8-column register blocks.
+TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
+  struct Geo {
+    int64_t k, pad, dil, stride_h, stride_w, H, W;
+  };
+  const Geo geos[] = {{3, 1, 1, 1, 1, 5, 7},   {3, 1, 1, 1, 1, 9, 70}, {5, 2, 1, 1, 1, 6, 41},
+                      {5, 2, 1, 2, 1, 11, 33}, {3, 2, 2, 1, 1, 8, 45}, {3, 0, 1, 1, 1, 4, 3},
+                      {5, 0, 1, 1, 1, 5, 5},   {3, 1, 1, 2, 2, 9, 40}, {3, 3, 1, 1, 1, 3, 2},
+                      {1, 0, 1, 1, 1, 2, 67}};
+  const int64_t C = 3;
+  for (const Geo& q : geos) {
+    SCOPED_TRACE(::testing::Message()
+                 << "k" << q.k << " pad" << q.pad << " dil" << q.dil << " s" << q.stride_h << "x"
+                 << q.stride_w << " " << q.H << "x" << q.W);
+    GraphBuilder b(13);
+    b.input("x", {1, C, q.H, q.W});
+    const auto w = random_floats(static_cast<size_t>(C * q.k * q.k), -1, 1, 3);
+    const auto bias = random_floats(C, -1, 1, 4);
+    b.init("W", {C, 1, q.k, q.k}, w);
+    b.init("B", {C}, bias);
+    auto* n = b.node("Conv", {"x", "W", "B"}, "y");
+    GraphBuilder::attr_i(n, "group", C);
+    auto ints = [&](const char* name, std::vector<int64_t> v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t x : v) a->add_ints(x);
+    };
+    ints("pads", {q.pad, q.pad, q.pad, q.pad});
+    ints("dilations", {q.dil, q.dil});
+    ints("strides", {q.stride_h, q.stride_w});
+    b.output("y");
+    std::string bytes = b.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const auto xv = random_floats(static_cast<size_t>(C * q.H * q.W), -1, 1, 5);
+    auto out = (*m)->run({make_f32({1, C, q.H, q.W}, xv)});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    const int64_t span = (q.k - 1) * q.dil + 1;
+    const int64_t OH = (q.H + 2 * q.pad - span) / q.stride_h + 1;
+    const int64_t OW = (q.W + 2 * q.pad - span) / q.stride_w + 1;
+    ASSERT_EQ((*out)[0].shape, (Shape{1, C, OH, OW}));
+    const float* y = (*out)[0].data<float>();
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double ref = bias[c], mag = std::fabs(ref);
+          for (int64_t i = 0; i < q.k; ++i)
+            for (int64_t j = 0; j < q.k; ++j) {
+              const int64_t ih = oh * q.stride_h - q.pad + i * q.dil;
+              const int64_t iw = ow * q.stride_w - q.pad + j * q.dil;
+              if (ih < 0 || ih >= q.H || iw < 0 || iw >= q.W) continue;
+              const double p =
+                  static_cast<double>(w[(c * q.k + i) * q.k + j]) * xv[(c * q.H + ih) * q.W + iw];
+              ref += p;
+              mag += std::fabs(p);
+            }
+          ASSERT_NEAR(y[(c * OH + oh) * OW + ow], ref, 2.0 * (q.k * q.k + 1) * 0x1p-23 * mag)
+              << "c" << c << " (" << oh << "," << ow << ")";
+        }
+  }
+}
+
+// The real exports: every Conv epilogue of PP-OCRv4's detector and recognizer, Silero VAD's
+// encoder and MNIST, on a random input, gives the same bits as the unfused graph.
+void expect_model_fuses(const std::string& path, const Shape& shape, int at_least) {
+  SCOPED_TRACE(path);
+  LoadOptions off;
+  off.fuse_elementwise = false;
+  auto fused = Model::load_file(path);
+  auto plain = Model::load_file(path, off);
+  ASSERT_TRUE(fused.ok() && plain.ok());
+  int n = 0;
+  for (const auto& [op, k] : (*fused)->fused_counts()) n += k;
+  EXPECT_GE(n, at_least);
+  EXPECT_LE((*fused)->graph().nodes.size() + n, (*plain)->graph().nodes.size());
+  if (shape.empty()) return;
+  expect_same_bits(
+      {*fused, *plain},
+      make_f32(shape, random_floats(static_cast<size_t>(shape_numel(shape)), -1, 1, 11)));
+}
+
+TEST(OnnxFuse, PaddleOcrModelsGiveTheSameBits) {
+  POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_det_infer.onnx"));
+  // 28 HardSwish chains (4 nodes each) and the exported BN Mul/Add pairs in each model.
+  expect_model_fuses(ocr_asset("ch_PP-OCRv4_det_infer.onnx"), {1, 3, 96, 128}, 200);
+  expect_model_fuses(ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), {1, 3, 48, 160}, 200);
+}
+
+TEST(OnnxFuse, MnistAndSileroGiveTheSameBits) {
+  POWER_REQUIRE_SHARED();
+  // Conv -> Add [8,1,1] -> Relu, twice.
+  expect_model_fuses(power::testing::shared_dir() + "/models/vision/mnist-8.onnx", {1, 1, 28, 28},
+                     4);
+  // Silero's encoder Convs and their Relus sit inside If branches; the test runs no branch
+  // itself (silero_vad_test compares the probabilities), only counts what was fused.
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  expect_model_fuses(power::testing::silero_model(), {}, 4);
+}
+
+}  // namespace
+}  // namespace power::onnx
