@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "base/thread_pool.h"
 #include "onnx/ops_internal.h"
 
 namespace power::onnx {
@@ -90,11 +91,11 @@ std::vector<int64_t> bstrides(const Shape& s, const Shape& out) {
   return st;
 }
 
-// Calls f(out_index, a_index, b_index) for every output element, walking the innermost axis
-// in a tight loop.
+// Calls f(out_index, a_index, b_index, n, a_step, b_step) for each innermost-axis row of the
+// output in rows [r0, r1) (all rows by default), walking the row in a tight loop.
 template <typename F>
 void for_broadcast(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
-                   F f) {
+                   F f, int64_t r0 = 0, int64_t r1 = -1) {
   int64_t total = shape_numel(out);
   if (total == 0) return;
   int r = static_cast<int>(out.size());
@@ -103,21 +104,37 @@ void for_broadcast(const Shape& out, const std::vector<int64_t>& sa, const std::
     return;
   }
   int64_t inner = out[r - 1];
+  if (r1 < 0) r1 = total / inner;
   int64_t ia_step = sa[r - 1], ib_step = sb[r - 1];
   std::vector<int64_t> idx(r, 0);
-  int64_t o = 0;
-  while (o < total) {
+  for (int64_t d = r - 2, rest = r0; d >= 0; --d) {  // row r0's index
+    idx[d] = rest % out[d];
+    rest /= out[d];
+  }
+  for (int64_t row = r0; row < r1; ++row) {
     int64_t ia = 0, ib = 0;
     for (int d = 0; d < r - 1; ++d) {
       ia += idx[d] * sa[d];
       ib += idx[d] * sb[d];
     }
-    f(o, ia, ib, inner, ia_step, ib_step);
-    o += inner;
+    f(row * inner, ia, ib, inner, ia_step, ib_step);
     for (int d = r - 2; d >= 0; --d) {
       if (++idx[d] < out[d]) break;
       idx[d] = 0;
     }
+  }
+}
+
+// f(begin, end) over [0, count) items of `per_item` elements each: split across the pool's
+// threads when it has several and there are at least 64 Ki elements, else one call.
+template <typename F>
+void for_ranges(ThreadPool* pool, int64_t count, int64_t per_item, F f) {
+  if (pool && pool->size() > 1 && count > 1 && count * per_item >= 65536) {
+    pool->parallel_for(static_cast<size_t>(count), [&](size_t b, size_t e, int) {
+      f(static_cast<int64_t>(b), static_cast<int64_t>(e));
+    });
+  } else {
+    f(0, count);
   }
 }
 
@@ -232,7 +249,7 @@ inline void arith_span(T* po, const T* pa, const T* pb, int64_t n, int64_t da, i
 // operand is either the full output or a single element, the whole tensor is one span.
 template <typename T, typename F>
 void arith_spans(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
-                 const T* pa, const T* pb, T* po, F f) {
+                 const T* pa, const T* pb, T* po, F f, ThreadPool* pool) {
   const int64_t total = shape_numel(out);
   auto flat = [&](const std::vector<int64_t>& st) -> int64_t {  // 1 full, 0 scalar, -1 neither
     bool zero = true, full = true;
@@ -246,18 +263,27 @@ void arith_spans(const Shape& out, const std::vector<int64_t>& sa, const std::ve
   };
   const int64_t fa = flat(sa), fb = flat(sb);
   if (fa >= 0 && fb >= 0) {
-    arith_span(po, pa, pb, total, fa, fb, f);
+    for_ranges(pool, total, 1, [&](int64_t b, int64_t e) {
+      arith_span(po + b, pa + b * fa, pb + b * fb, e - b, fa, fb, f);
+    });
     return;
   }
-  for_broadcast(out, sa, sb,
-                [&](int64_t o, int64_t ia, int64_t ib, int64_t n, int64_t da, int64_t db) {
-                  arith_span(po + o, pa + ia, pb + ib, n, da, db, f);
-                });
+  const int64_t inner = out.empty() ? 1 : out.back();
+  for_ranges(pool, inner > 0 ? total / inner : 0, inner, [&](int64_t r0, int64_t r1) {
+    for_broadcast(
+        out, sa, sb,
+        [&](int64_t o, int64_t ia, int64_t ib, int64_t n, int64_t da, int64_t db) {
+          arith_span(po + o, pa + ia, pb + ib, n, da, db, f);
+        },
+        r0, r1);
+  });
 }
 
+// Float arithmetic goes to the pool (pool may be null); other types and comparisons run here.
 template <typename T>
 void binary_typed(Bin op, const Tensor& a, const Tensor& b, Tensor& out,
-                  const std::vector<int64_t>& sa, const std::vector<int64_t>& sb) {
+                  const std::vector<int64_t>& sa, const std::vector<int64_t>& sb,
+                  ThreadPool* pool = nullptr) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   if (is_compare(op)) {
@@ -272,23 +298,28 @@ void binary_typed(Bin op, const Tensor& a, const Tensor& b, Tensor& out,
   T* po = out.mutable_data<T>();
   switch (op) {
     case Bin::kAdd:
-      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x + y; });
+      return arith_spans<T>(
+          out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x + y; }, pool);
     case Bin::kSub:
-      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x - y; });
+      return arith_spans<T>(
+          out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x - y; }, pool);
     case Bin::kMul:
-      return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x * y; });
+      return arith_spans<T>(
+          out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x * y; }, pool);
     case Bin::kDiv:
       if constexpr (std::is_floating_point_v<T>) {
-        return arith_spans<T>(out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x / y; });
+        return arith_spans<T>(
+            out.shape, sa, sb, pa, pb, po, [](T x, T y) { return x / y; }, pool);
       }
       break;
     default:
       break;
   }
-  arith_spans<T>(out.shape, sa, sb, pa, pb, po, [op](T x, T y) { return apply<T>(op, x, y); });
+  arith_spans<T>(
+      out.shape, sa, sb, pa, pb, po, [op](T x, T y) { return apply<T>(op, x, y); }, pool);
 }
 
-Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {
+Status binary(const Node& n, const Ins& in, Outs& out, Bin op, ThreadPool* pool = nullptr) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
@@ -324,7 +355,7 @@ Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {
   auto sa = bstrides(a.shape, os), sb = bstrides(b.shape, os);
   switch (a.dtype) {
     case DType::kF32:
-      binary_typed<float>(op, a, b, out[0], sa, sb);
+      binary_typed<float>(op, a, b, out[0], sa, sb, pool);
       break;
     case DType::kF64:
       binary_typed<double>(op, a, b, out[0], sa, sb);
@@ -357,9 +388,9 @@ Status binary(const Node& n, const Ins& in, Outs& out, Bin op) {
   return Status();
 }
 
-#define BINARY_OP(NAME, OPV)                                              \
-  Status op_##NAME(const Node& n, const Ins& in, Outs& out, OpContext&) { \
-    return binary(n, in, out, Bin::OPV);                                  \
+#define BINARY_OP(NAME, OPV)                                                  \
+  Status op_##NAME(const Node& n, const Ins& in, Outs& out, OpContext& ctx) { \
+    return binary(n, in, out, Bin::OPV, ctx.pool);                            \
   }
 BINARY_OP(add, kAdd)
 BINARY_OP(sub, kSub)
@@ -426,75 +457,77 @@ Status op_mean(const Node& n, const Ins& in, Outs& out, OpContext&) {
 // ---- unary float32 ----
 
 template <typename F>
-Status unary_f32(const Node& n, const Ins& in, Outs& out, F f) {
+Status unary_f32(const Node& n, const Ins& in, Outs& out, ThreadPool* pool, F f) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   POWER_RETURN_IF_ERROR(need_f32(n, in[0], "input"));
   POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, in[0]->shape));
   const float* x = in[0]->data<float>();
   float* y = out[0].mutable_data<float>();
-  int64_t count = in[0]->numel();
-  for (int64_t i = 0; i < count; ++i) y[i] = f(x[i]);
+  for_ranges(pool, in[0]->numel(), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
+  });
   return Status();
 }
 
-Status op_relu(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, relu_f32);
+Status op_relu(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, relu_f32);
 }
-Status op_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, sigmoid_f32);
+Status op_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, sigmoid_f32);
 }
-Status op_tanh(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::tanh(x); });
+Status op_tanh(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::tanh(x); });
 }
-Status op_exp(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::exp(x); });
+Status op_exp(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::exp(x); });
 }
-Status op_log(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::log(x); });
+Status op_log(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::log(x); });
 }
-Status op_sqrt(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::sqrt(x); });
+Status op_sqrt(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::sqrt(x); });
 }
-Status op_erf(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::erf(x); });
+Status op_erf(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::erf(x); });
 }
-Status op_reciprocal(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return 1.0f / x; });
+Status op_reciprocal(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return 1.0f / x; });
 }
-Status op_floor(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::floor(x); });
+Status op_floor(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::floor(x); });
 }
-Status op_ceil(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::ceil(x); });
+Status op_ceil(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::ceil(x); });
 }
-Status op_sin(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::sin(x); });
+Status op_sin(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::sin(x); });
 }
-Status op_cos(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::cos(x); });
+Status op_cos(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::cos(x); });
 }
-Status op_softplus(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return std::log(std::exp(x) + 1.0f); });
+Status op_softplus(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return std::log(std::exp(x) + 1.0f); });
 }
-Status op_softsign(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) { return x / (1.0f + std::fabs(x)); });
+Status op_softsign(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) { return x / (1.0f + std::fabs(x)); });
 }
-Status op_hard_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext&) {
+Status op_hard_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   float a = n.attr_f("alpha", 0.2f), b = n.attr_f("beta", 0.5f);
-  return unary_f32(n, in, out, [a, b](float x) { return hard_sigmoid_f32(x, a, b); });
+  return unary_f32(n, in, out, ctx.pool, [a, b](float x) { return hard_sigmoid_f32(x, a, b); });
 }
-Status op_hard_swish(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return unary_f32(n, in, out, [](float x) {
+Status op_hard_swish(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return unary_f32(n, in, out, ctx.pool, [](float x) {
     return x * std::max(0.0f, std::min(1.0f, x * (1.0f / 6.0f) + 0.5f));
   });
 }
-Status op_leaky_relu(const Node& n, const Ins& in, Outs& out, OpContext&) {
+Status op_leaky_relu(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   float a = n.attr_f("alpha", 0.01f);
-  return unary_f32(n, in, out, [a](float x) { return x >= 0 ? x : a * x; });
+  return unary_f32(n, in, out, ctx.pool, [a](float x) { return x >= 0 ? x : a * x; });
 }
-Status op_elu(const Node& n, const Ins& in, Outs& out, OpContext&) {
+Status op_elu(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   float a = n.attr_f("alpha", 1.0f);
-  return unary_f32(n, in, out, [a](float x) { return x >= 0 ? x : a * (std::exp(x) - 1.0f); });
+  return unary_f32(n, in, out, ctx.pool,
+                   [a](float x) { return x >= 0 ? x : a * (std::exp(x) - 1.0f); });
 }
 
 // Neg/Abs/Sign on float or signed integers.
@@ -541,7 +574,7 @@ Status op_not(const Node& n, const Ins& in, Outs& out, OpContext&) {
   return Status();
 }
 
-Status op_clip(const Node& n, const Ins& in, Outs& out, OpContext&) {
+Status op_clip(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   const Tensor& x = *in[0];
   if (x.dtype == DType::kBool) return op_unsupported(n, "bool input");
@@ -561,7 +594,7 @@ Status op_clip(const Node& n, const Ins& in, Outs& out, OpContext&) {
   }
   if (x.dtype == DType::kF32) {
     float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
-    return unary_f32(n, in, out, [flo, fhi](float v) { return clip_f32(v, flo, fhi); });
+    return unary_f32(n, in, out, ctx.pool, [flo, fhi](float v) { return clip_f32(v, flo, fhi); });
   }
   POWER_ASSIGN_OR_RETURN(out[0], make_tensor(x.dtype, x.shape));
   POWER_ASSIGN_OR_RETURN(auto xv, to_f64_vector(x));

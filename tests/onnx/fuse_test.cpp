@@ -118,10 +118,18 @@ Loaded load_both(const std::string& bytes) {
   return l;
 }
 
-// Runs both models on the same input, one thread and two, and requires identical bytes.
+// Runs both models on the same input, one thread and two, and requires identical bytes; the
+// fused model's two-thread run must equal its one-thread run too (threads split conv columns,
+// rows and elementwise ranges, never one element's sum).
 void expect_same_bits(const Loaded& l, const Tensor& x) {
   ASSERT_TRUE(l.fused && l.plain);
   ThreadPool two(2);
+  auto one = l.fused->run({x});
+  auto both = l.fused->run({x}, &two);
+  ASSERT_TRUE(one.ok() && both.ok());
+  for (size_t i = 0; i < one->size(); ++i)
+    EXPECT_EQ(std::memcmp((*one)[i].buf->data(), (*both)[i].buf->data(), (*one)[i].nbytes()), 0)
+        << "output " << i << ": two threads differ from one";
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
     auto a = l.fused->run({x}, pool);
     auto b = l.plain->run({x}, pool);
