@@ -425,10 +425,12 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // block. Deep layers (few output positions, many channels) instead build the whole im2col
   // matrix and let sgemm split the rows.
   const int threads = ctx.pool ? ctx.pool->size() : 1;
-  int64_t chunk = std::clamp<int64_t>((65536 / mg) / 64 * 64, 64, 4096);
-  if (!pointwise) chunk = std::min(chunk, std::max<int64_t>(64, (131072 / kk) / 16 * 16));
+  int64_t chunk = std::clamp<int64_t>((65536 / std::max<int64_t>(1, mg)) / 64 * 64, 64, 4096);
+  if (!pointwise)
+    chunk = std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk)) / 16 * 16));
   const int64_t chunks = (P + chunk - 1) / chunk;
-  const bool by_rows = threads > 1 && chunks < 2 * threads;
+  // sgemm also covers an empty K (no input channels: the output is the bias).
+  const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0;
   Tensor col;  // im2col rows, every element written before the SGEMM reads them
   if (!pointwise && !depthwise) {
     POWER_ASSIGN_OR_RETURN(col, by_rows ? make_tensor_uninit(DType::kF32, {kk, P})

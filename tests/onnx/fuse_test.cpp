@@ -391,6 +391,40 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
   }
 }
 
+// No input channels: the product has K = 0 and the output is the bias (then the epilogue);
+// no output channels: an empty output. Neither may divide by zero or read unwritten bytes.
+TEST(OnnxFuse, ConvWithoutChannelsIsBiasOrEmpty) {
+  for (int threads : {1, 2}) {
+    GraphBuilder b(13);
+    b.input("x", {1, 0, 5, 5});
+    b.init("W", {2, 0, 3, 3}, {});
+    b.init("B", {2}, {-1.5f, 2.5f});
+    b.node("Conv", {"x", "W", "B"}, "y");
+    b.node("Relu", {"y"}, "out");
+    b.output("out");
+    std::string bytes = b.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ThreadPool pool(threads);
+    auto out = (*m)->run({make_f32({1, 0, 5, 5}, {})}, &pool);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ((*out)[0].shape, (Shape{1, 2, 3, 3}));
+    for (int i = 0; i < 18; ++i) EXPECT_EQ((*out)[0].data<float>()[i], i < 9 ? 0.0f : 2.5f) << i;
+
+    GraphBuilder e(13);
+    e.input("x", {1, 2, 5, 5});
+    e.init("W", {0, 2, 3, 3}, {});
+    e.node("Conv", {"x", "W"}, "y");
+    e.output("y");
+    bytes = e.bytes();
+    auto em = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(em.ok()) << em.status().to_string();
+    auto eout = (*em)->run({make_f32({1, 2, 5, 5}, std::vector<float>(50, 1.0f))}, &pool);
+    ASSERT_TRUE(eout.ok()) << eout.status().to_string();
+    EXPECT_EQ((*eout)[0].numel(), 0);
+  }
+}
+
 // The real exports: every Conv epilogue of PP-OCRv4's detector and recognizer, Silero VAD's
 // encoder and MNIST, on a random input, gives the same bits as the unfused graph.
 void expect_model_fuses(const std::string& path, const Shape& shape, int at_least) {
