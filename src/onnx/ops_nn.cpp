@@ -905,6 +905,12 @@ Status op_resize(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       scale[d] = x.shape[d] ? static_cast<double>(sz[d]) / static_cast<double>(x.shape[d]) : 1.0;
     }
   }
+  // An empty axis has no pixel to read for a non-empty output.
+  if (shape_numel(os) > 0)
+    for (int64_t d = 0; d < r; ++d)
+      if (x.shape[d] == 0)
+        return op_error(n, fmt::format("cannot resize the empty input {} to {}", shape_str(x.shape),
+                                       shape_str(os)));
   std::string mode = n.attr_s("mode", "nearest");
   std::string ct = n.attr_s("coordinate_transformation_mode", "half_pixel");
   std::string nm = n.attr_s("nearest_mode", "round_prefer_floor");

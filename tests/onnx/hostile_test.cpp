@@ -169,6 +169,38 @@ TEST(OnnxHostile, RuntimeShapeErrorsAreClear) {
   EXPECT_NE(out.status().to_string().find("Reshape"), std::string::npos);
 }
 
+// Resize of an input with an empty axis to a non-empty size has no pixel to read: an error,
+// not a read past the input (nearest and linear, rank 4 and rank 2).
+TEST(OnnxHostile, ResizeOfAnEmptyInputIsAnError) {
+  for (const char* mode : {"nearest", "linear"}) {
+    for (Shape xs : {Shape{1, 1, 0, 2}, Shape{0, 3}}) {
+      auto m = tiny_model("Resize");
+      auto* node = m.mutable_graph()->mutable_node(0);
+      node->add_input("");
+      node->add_input("");
+      node->add_input("sizes");
+      auto* a = node->add_attribute();
+      a->set_name("mode");
+      a->set_type(::onnx::AttributeProto::STRING);
+      a->set_s(mode);
+      auto* s = m.mutable_graph()->add_initializer();
+      s->set_name("sizes");
+      s->set_data_type(7);
+      s->add_dims(static_cast<int64_t>(xs.size()));
+      for (size_t d = 0; d < xs.size(); ++d) s->add_int64_data(d + 2 >= xs.size() ? 4 : xs[d]);
+      auto* dims = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type();
+      dims->mutable_shape()->clear_dim();
+      for (int64_t d : xs) dims->mutable_shape()->add_dim()->set_dim_value(d);
+      auto r = load(m);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      auto out = (*r)->run({make_f32(xs, {})});
+      ASSERT_FALSE(out.ok()) << mode;
+      EXPECT_NE(out.status().to_string().find("empty input"), std::string::npos)
+          << out.status().to_string();
+    }
+  }
+}
+
 TEST(OnnxHostile, DeeplyNestedSubgraphsAreRefused) {
   ::onnx::ModelProto m = tiny_model("Relu");
   ::onnx::GraphProto inner;
