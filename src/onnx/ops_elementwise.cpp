@@ -4,7 +4,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "base/thread_pool.h"
 #include "onnx/ops_internal.h"
 
 namespace power::onnx {
@@ -122,19 +121,6 @@ void for_broadcast(const Shape& out, const std::vector<int64_t>& sa, const std::
       if (++idx[d] < out[d]) break;
       idx[d] = 0;
     }
-  }
-}
-
-// f(begin, end) over [0, count) items of `per_item` elements each: split across the pool's
-// threads when it has several and there are at least 64 Ki elements, else one call.
-template <typename F>
-void for_ranges(ThreadPool* pool, int64_t count, int64_t per_item, F f) {
-  if (pool && pool->size() > 1 && count > 1 && count * per_item >= 65536) {
-    pool->parallel_for(static_cast<size_t>(count), [&](size_t b, size_t e, int) {
-      f(static_cast<int64_t>(b), static_cast<int64_t>(e));
-    });
-  } else {
-    f(0, count);
   }
 }
 

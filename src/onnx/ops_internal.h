@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "onnx/ops.h"
 
 namespace power::onnx {
@@ -23,6 +24,19 @@ inline Status op_unsupported(const Node& n, std::string msg) {
 inline bool norm_axis(int64_t& axis, int64_t rank) {
   if (axis < 0) axis += rank;
   return axis >= 0 && axis < rank;
+}
+
+// f(begin, end) over [0, count) items of `per_item` elements each: split across the pool's
+// threads when it has several and there are at least 64 Ki elements, else one call.
+template <typename F>
+inline void for_ranges(ThreadPool* pool, int64_t count, int64_t per_item, F f) {
+  if (pool && pool->size() > 1 && count > 1 && count * per_item >= 65536) {
+    pool->parallel_for(static_cast<size_t>(count), [&](size_t b, size_t e, int) {
+      f(static_cast<int64_t>(b), static_cast<int64_t>(e));
+    });
+  } else {
+    f(0, count);
+  }
 }
 
 // Scalar forms shared by the elementwise kernels and Conv's fused epilogue, so a fused node

@@ -473,6 +473,12 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       float* yout = py + (b * M + gi * mg) * P;
       const float* wg = pw + gi * mg * kk;
       const float* bg = bias ? bias + gi * mg : nullptr;
+      // Bias and fused steps on columns [j0, j0 + len) of output rows [m0, m1) of this group.
+      auto finish = [&](int64_t m0, int64_t m1, int64_t j0, int64_t len) {
+        if (!bg && epi.empty()) return;
+        for (int64_t m = m0; m < m1; ++m)
+          apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + m, yout + m * P + j0, len);
+      };
       if (by_rows) {
         const float* bmat = xin;
         if (!pointwise) {
@@ -485,9 +491,7 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
         sgemm(ctx.pool, mg, P, kk, wg, kk, false, bmat, P, false, yout, P, false);
         if (bg || !epi.empty()) {
           channels(mg, [&](size_t m0, size_t m1, int) {
-            for (size_t m = m0; m < m1; ++m)
-              apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + static_cast<int64_t>(m),
-                             yout + static_cast<int64_t>(m) * P, P);
+            finish(static_cast<int64_t>(m0), static_cast<int64_t>(m1), 0, P);
           });
         }
         continue;
@@ -503,9 +507,7 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
             im2col(g, xin, 0, cg, j0, j1, cb, len);
             gemm_block(0, mg, 0, len, kk, wg, kk, cb, len, yout + j0, P, true);
           }
-          if (!bg && epi.empty()) continue;
-          for (int64_t m = 0; m < mg; ++m)
-            apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + m, yout + m * P + j0, len);
+          finish(0, mg, j0, len);
         }
       });
     }
@@ -977,11 +979,11 @@ Status op_resize(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     const int64_t OH = os[2], OW = os[3], planes = os[0] * os[1];
     const float* px = x.data<float>();
     float* py = out[0].mutable_data<float>();
-    auto run = [&](size_t p0, size_t p1, int) {
-      for (size_t p = p0; p < p1; ++p) {
-        const int64_t b = static_cast<int64_t>(p) / os[1], c = static_cast<int64_t>(p) % os[1];
+    for_ranges(ctx.pool, planes, OH * OW, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t b = p / os[1], c = p % os[1];
         const float* src = px + lo[0][b] * xst[0] + lo[1][c] * xst[1];
-        float* dst = py + static_cast<int64_t>(p) * OH * OW;
+        float* dst = py + p * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
           float* __restrict dr = dst + oh * OW;
           if (oh > 0 && lo[2][oh] == lo[2][oh - 1]) {
@@ -993,12 +995,7 @@ Status op_resize(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
           for (int64_t ow = 0; ow < OW; ++ow) dr[ow] = sr[cols[ow]];
         }
       }
-    };
-    if (ctx.pool && ctx.pool->size() > 1 && planes > 1 && planes * OH * OW >= 65536) {
-      ctx.pool->parallel_for(static_cast<size_t>(planes), run);
-    } else {
-      run(0, static_cast<size_t>(planes), 0);
-    }
+    });
     return Status();
   }
   int64_t total = out[0].numel();
