@@ -1,6 +1,11 @@
 // The body of apply_epilogue (ops_internal.h), included by ops_nn.cpp (baseline x86-64) and by
 // sgemm_avx2.cpp (AVX2; -ffp-contract=off there, so no step is contracted into an FMA and both
 // compile to the same bits as the elementwise kernels). Private to src/onnx.
+//
+// The function has internal linkage (an unnamed namespace) on purpose: an `inline` function with
+// external linkage is one symbol that the linker takes from either object, so the AVX2 wrapper
+// ran the baseline copy, and a link in the other order would run AVX2 code on any CPU.
+// tests/isa_objects_test.cmake checks that the ISA objects define no such shared symbol.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +16,7 @@
 #include "onnx/ops_internal.h"
 
 namespace power::onnx {
+namespace {
 
 inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
                                 float* y, int64_t n) {
@@ -85,4 +91,5 @@ inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float
   }
 }
 
+}  // namespace
 }  // namespace power::onnx
