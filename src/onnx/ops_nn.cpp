@@ -79,6 +79,40 @@ void gemm_nt_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, 
     }
 }
 
+// Products with a few output columns (a 1-D convolution over a short window: Silero VAD's
+// convolutions have 1 to 4 output positions) waste most lanes of the 16-column register tile.
+// Up to this many columns, each output is instead a dot product over K of A's row and B's
+// column (transposed to a row when B is stored [K, N]), with the kernels layer's dot_f32_cols:
+// 8 partial sums per dot, so the bits differ from the tile's in the last place, and do not
+// depend on the thread count (rows are split, never K).
+constexpr int64_t kDotColumns = 8;
+// Products below this many multiply-adds run on the calling thread: splitting them costs more
+// than it saves.
+constexpr double kMinParallelWork = 64 * 1024;
+
+void gemm_few_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, bool trans_b, float* C,
+                      int64_t ldc) {
+  std::vector<float> bt;
+  const float* cols[kDotColumns];
+  if (trans_b) {  // B stored [N, K]: its rows are the columns
+    for (int64_t j = 0; j < N; ++j) cols[j] = B + j * ldb;
+  } else {
+    bt.resize(static_cast<size_t>(N * K));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
+    for (int64_t j = 0; j < N; ++j) cols[j] = bt.data() + j * K;
+  }
+  auto rows = [&](int64_t r0, int64_t r1) {
+    dot_f32_cols(A + r0 * lda, r1 - r0, lda, cols, N, K, 1.0f, C + r0 * ldc, ldc);
+  };
+  const int threads = pool ? pool->size() : 1;
+  if (threads <= 1 || static_cast<double>(M) * N * K < kMinParallelWork) return rows(0, M);
+  pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
+    rows(static_cast<int64_t>(b), static_cast<int64_t>(e));
+  });
+}
+
 }  // namespace
 
 void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
@@ -93,6 +127,10 @@ void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, in
   const bool overwrite = !accumulate;
   if (trans_b && !trans_a && M <= 4) {  // a transpose of B would cost more than the product
     gemm_nt_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return;
+  }
+  if (N <= kDotColumns && !trans_a && !accumulate) {
+    gemm_few_columns(pool, M, N, K, A, lda, B, ldb, trans_b, C, ldc);
     return;
   }
   std::vector<float> at, bt;
@@ -112,7 +150,7 @@ void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, in
   }
   int threads = pool ? pool->size() : 1;
   double work = static_cast<double>(M) * N * K;
-  if (threads <= 1 || work < 64 * 1024) {
+  if (threads <= 1 || work < kMinParallelWork) {
     gemm_block(0, M, 0, N, K, A, lda, B, ldb, C, ldc, overwrite);
     return;
   }
@@ -429,8 +467,9 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   if (!pointwise)
     chunk = std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk)) / 16 * 16));
   const int64_t chunks = (P + chunk - 1) / chunk;
-  // sgemm also covers an empty K (no input channels: the output is the bias).
-  const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0;
+  // sgemm also covers an empty K (no input channels: the output is the bias) and few output
+  // positions (its dot-product path).
+  const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0 || P < 16;
   Tensor col;  // im2col rows, every element written before the SGEMM reads them
   if (!pointwise && !depthwise) {
     POWER_ASSIGN_OR_RETURN(col, by_rows ? make_tensor_uninit(DType::kF32, {kk, P})

@@ -6,16 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "onnx/ops.h"
 
 namespace power::onnx {
 namespace {
 
-void check_shape(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc, std::mt19937& rng) {
+void check_shape(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc, std::mt19937& rng,
+                 ThreadPool* pool = nullptr) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
   std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc);
@@ -23,7 +26,13 @@ void check_shape(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc, st
   for (auto& v : B) v = u(rng);
   for (auto& v : C) v = u(rng);
   const std::vector<float> C0 = C;
-  sgemm(nullptr, M, N, K, A.data(), lda, ta, B.data(), ldb, tb, C.data(), ldc, acc);
+  sgemm(pool, M, N, K, A.data(), lda, ta, B.data(), ldb, tb, C.data(), ldc, acc);
+  if (pool) {  // the split changes which thread computes a block, never the bits
+    std::vector<float> solo = C0;
+    sgemm(nullptr, M, N, K, A.data(), lda, ta, B.data(), ldb, tb, solo.data(), ldc, acc);
+    ASSERT_EQ(0, std::memcmp(solo.data(), C.data(), C.size() * sizeof(float)))
+        << "M=" << M << " N=" << N << " K=" << K << ": threads changed the bits";
+  }
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double ref = acc ? C0[i * ldc + j] : 0.0, mag = std::fabs(ref);
@@ -50,7 +59,7 @@ TEST(OnnxSgemm, MatchesFloat64ReferenceUnderEveryIsa) {
     ++paths;
     std::mt19937 rng(1234);
     for (int64_t M : {1, 5, 6, 7, 12, 13, 25}) {
-      for (int64_t N : {1, 8, 15, 16, 17, 32, 40, 65}) {
+      for (int64_t N : {1, 2, 4, 7, 8, 9, 15, 16, 17, 32, 40, 65}) {
         for (int64_t K : {1, 3, 256, 300}) {
           for (int flags = 0; flags < 8; ++flags) {
             check_shape(M, N, K, flags & 1, flags & 2, flags & 4, rng);
@@ -65,6 +74,30 @@ TEST(OnnxSgemm, MatchesFloat64ReferenceUnderEveryIsa) {
   }
   set_cpu_isa_for_testing(saved);
   EXPECT_GE(paths, 1);
+}
+
+// With a pool: products large enough to split (rows, or column blocks) — including the
+// few-column dot-product path (N <= 8: a short 1-D convolution) — give the float64 reference and
+// the single-thread bits.
+TEST(OnnxSgemm, ThreadsSplitWithoutChangingBits) {
+  const CpuIsa saved = cpu_isa();
+  ThreadPool pool(3);
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!set_cpu_isa_for_testing(isa)) continue;
+    std::mt19937 rng(99);
+    const int64_t shapes[][3] = {{258, 4, 256}, {128, 1, 600}, {64, 8, 384},
+                                 {40, 700, 96}, {300, 40, 64}, {7, 2000, 33}};
+    for (const auto& s : shapes) {
+      for (int flags = 0; flags < 8; ++flags) {
+        check_shape(s[0], s[1], s[2], flags & 1, flags & 2, flags & 4, rng, &pool);
+        if (HasFatalFailure()) {
+          set_cpu_isa_for_testing(saved);
+          FAIL() << "isa " << cpu_isa_name(isa);
+        }
+      }
+    }
+  }
+  set_cpu_isa_for_testing(saved);
 }
 
 }  // namespace
