@@ -470,7 +470,7 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
   const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0 || P < 16;
-  Tensor col;  // im2col rows, every element written before the SGEMM reads them
+  Tensor col;  // im2col rows or depthwise scratch, every element written before it is read
   if (!pointwise && !depthwise) {
     POWER_ASSIGN_OR_RETURN(col, by_rows ? make_tensor_uninit(DType::kF32, {kk, P})
                                         : make_tensor_uninit(DType::kF32, {threads, kk * chunk}));
@@ -486,19 +486,24 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   };
   const std::vector<FusedStep>& epi = n.epilogue;
 #if defined(POWER_ONNX_AVX2)
-  const bool dw_avx2 = depthwise && g.sw == 1 && cpu_isa() != CpuIsa::kScalar;
-  const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.dh, g.dw, g.pt, g.pl};
+  const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
+  const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
+  if (dw_avx2) {  // each thread's padded, phase-split copy of the plane it works on
+    POWER_ASSIGN_OR_RETURN(
+        col, make_tensor_uninit(DType::kF32, {threads, depthwise_scratch_floats(dg)}));
+  }
 #endif
   for (int64_t b = 0; b < g.N; ++b) {
     if (depthwise) {
-      channels(group, [&](size_t c0, size_t c1, int) {
+      channels(group, [&](size_t c0, size_t c1, [[maybe_unused]] int thread) {
         for (size_t c = c0; c < c1; ++c) {
           float* plane = py + (b * M + c) * P;
           const float* xplane = px + (b * g.C + c) * g.H * g.W;
           const float bc = bias ? bias[c] : 0.0f;
 #if defined(POWER_ONNX_AVX2)
           if (dw_avx2) {
-            depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane);
+            depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane,
+                                 col.mutable_data<float>() + thread * col.shape[1]);
           } else
 #endif
             depthwise_plane(g, xplane, pw + c * kk, bc, plane);

@@ -131,61 +131,152 @@ void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias,
   epilogue_block_loop(steps, bias, c, y, n);
 }
 
+namespace {
+
+// The padded, phase-split plane of depthwise_plane_avx2: rows of sw phases, each `wq` floats;
+// phase p, index q holds input column q * sw + p - pl of the row's input row (zero outside).
+struct PhasePlane {
+  int64_t rows, wq;
+};
+
+PhasePlane phase_plane(const DepthwiseGeo& g) {
+  const int64_t ow_round = (g.OW + 7) / 8 * 8;  // the 8-column blocks read whole vectors
+  const int64_t qmax = (g.kw - 1) * g.dw / g.sw;
+  return {(g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, ow_round + qmax};
+}
+
+// A depthwise plane's taps: weights w[kh, kw], the column offset of each kernel column within
+// a padded row (phase and index), the distance between kernel rows in the scratch.
+struct DwTaps {
+  const float* w;
+  const int64_t* off;
+  int64_t kh, kw, row_step;
+};
+
+// NR output rows (rows `row_ld` apart in the scratch, `y_ld` apart in the output) by NB vectors
+// of 8 columns, all taps summed in registers; the last vector stores its first `last` lanes.
+template <int NR, int NB>
+void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y, int64_t y_ld,
+              int64_t last) {
+  __m256 acc[NR][NB];
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm256_set1_ps(bias);
+  for (int64_t i = 0; i < t.kh; ++i) {
+    const float* xr = x + i * t.row_step;
+    for (int64_t j = 0; j < t.kw; ++j) {
+      const __m256 wv = _mm256_broadcast_ss(t.w + i * t.kw + j);
+      const float* xj = xr + t.off[j];
+      for (int r = 0; r < NR; ++r)
+        for (int b = 0; b < NB; ++b)
+          acc[r][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xj + r * row_ld + b * 8), acc[r][b]);
+    }
+  }
+  const __m256i tail = lane_mask(last);
+  for (int r = 0; r < NR; ++r) {
+    for (int b = 0; b + 1 < NB; ++b) _mm256_storeu_ps(y + r * y_ld + b * 8, acc[r][b]);
+    if (last == 8) {
+      _mm256_storeu_ps(y + r * y_ld + (NB - 1) * 8, acc[r][NB - 1]);
+    } else {
+      _mm256_maskstore_ps(y + r * y_ld + (NB - 1) * 8, tail, acc[r][NB - 1]);
+    }
+  }
+}
+
+template <int NR>
+void dw_block_rows(int nb, const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y,
+                   int64_t y_ld, int64_t last) {
+  switch (nb) {
+    case 1:
+      return dw_block<NR, 1>(t, x, row_ld, bias, y, y_ld, last);
+    case 2:
+      return dw_block<NR, 2>(t, x, row_ld, bias, y, y_ld, last);
+    case 3:
+      return dw_block<NR, 3>(t, x, row_ld, bias, y, y_ld, last);
+    default:
+      return dw_block<NR, 4>(t, x, row_ld, bias, y, y_ld, last);
+  }
+}
+
+void dw_block_dispatch(int rows, int nb, const DwTaps& t, const float* x, int64_t row_ld,
+                       float bias, float* y, int64_t y_ld, int64_t last) {
+  if (rows == 2) return dw_block_rows<2>(nb, t, x, row_ld, bias, y, y_ld, last);
+  dw_block_rows<1>(nb, t, x, row_ld, bias, y, y_ld, last);
+}
+
+}  // namespace
+
+int64_t depthwise_scratch_floats(const DepthwiseGeo& g) {
+  if (g.OH <= 0 || g.OW <= 0) return 0;
+  const PhasePlane pp = phase_plane(g);
+  return pp.rows * g.sw * pp.wq;
+}
+
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                          float* yout) {
-  // Output columns [lo, hi) read only in-plane input columns for every tap j (ow + j*dw - pl).
-  const int64_t last = (g.kw - 1) * g.dw - g.pl;
-  const int64_t lo = std::min(g.OW, std::max<int64_t>(0, g.pl));
-  const int64_t hi = std::max(lo, std::min(g.OW, g.W - last));
-  const __m256 vb = _mm256_set1_ps(bias);
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
+                          float* yout, float* scratch) {
+  if (g.OH <= 0 || g.OW <= 0) return;
+  const PhasePlane pp = phase_plane(g);
+  const int64_t ld = g.sw * pp.wq;
+  for (int64_t r = 0; r < pp.rows; ++r) {
+    float* dst = scratch + r * ld;
+    const int64_t ih = r - g.pt;
+    if (ih < 0 || ih >= g.H) {
+      std::fill(dst, dst + ld, 0.0f);
+      continue;
+    }
+    const float* src = xin + ih * g.W;
+    // Stride 2: indices q where both phases' columns (2q - pl, 2q + 1 - pl) lie in the row are
+    // split 8 at a time from 16 loaded columns; the loop below does the rest.
+    int64_t qa = 0, qb = 0;
+    if (g.sw == 2) {
+      qa = std::min((g.pl + 1) / 2, pp.wq);
+      qb = qa;
+      for (; qb + 8 <= pp.wq && 2 * qb - g.pl + 16 <= g.W; qb += 8) {
+        const __m256 v0 = _mm256_loadu_ps(src + 2 * qb - g.pl);
+        const __m256 v1 = _mm256_loadu_ps(src + 2 * qb - g.pl + 8);
+        // shuffle_ps picks within 128-bit lanes: [a0 a2 b0 b2 | a4 a6 b4 b6]; the 64-bit
+        // permute puts the pairs in order.
+        const __m256d even = _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88));
+        const __m256d odd = _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xDD));
+        _mm256_storeu_ps(dst + qb, _mm256_castpd_ps(_mm256_permute4x64_pd(even, 0xD8)));
+        _mm256_storeu_ps(dst + pp.wq + qb, _mm256_castpd_ps(_mm256_permute4x64_pd(odd, 0xD8)));
+      }
+    }
+    for (int64_t p = 0; p < g.sw; ++p) {
+      float* ph = dst + p * pp.wq;
+      // Indices q whose input column q * sw + p - pl lies in [0, W).
+      const int64_t lo = std::clamp<int64_t>((g.pl - p + g.sw - 1) / g.sw, 0, pp.wq);
+      const int64_t hi = std::clamp<int64_t>(
+          g.W - 1 + g.pl - p >= 0 ? (g.W - 1 + g.pl - p) / g.sw + 1 : 0, lo, pp.wq);
+      std::fill(ph, ph + lo, 0.0f);
+      if (g.sw == 1) {
+        std::copy(src + lo - g.pl, src + hi - g.pl, ph + lo);
+      } else {
+        for (int64_t q = lo; q < hi; ++q) {
+          if (q == qa && qb > qa) q = qb;  // done above
+          if (q >= hi) break;
+          ph[q] = src[q * g.sw + p - g.pl];
+        }
+      }
+      std::fill(ph + hi, ph + pp.wq, 0.0f);
+    }
+  }
+  // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
+  // ow + (j * dw) / sw.
+  int64_t off[kDepthwiseMaxKw];
+  for (int64_t j = 0; j < g.kw; ++j) off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
+  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld};
+  const int64_t full = g.OW / 8, rem = g.OW % 8;  // whole vectors per row; columns after them
+  const int64_t vecs = full + (rem ? 1 : 0);
+  for (int64_t oh = 0; oh < g.OH; oh += 2) {
+    // Two output rows per pass when there are two: up to 8 independent accumulator chains.
+    const int rows = oh + 1 < g.OH ? 2 : 1;
+    const float* top = scratch + oh * g.sh * ld;
     float* yr = yout + oh * g.OW;
-    int64_t i0 = 0, i1 = g.kh;  // taps whose input row is inside the plane
-    while (i0 < i1 && oh * g.sh - g.pt + i0 * g.dh < 0) ++i0;
-    while (i1 > i0 && oh * g.sh - g.pt + (i1 - 1) * g.dh >= g.H) --i1;
-    auto scalar = [&](int64_t ow) {
-      float sum = bias;
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W;
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const int64_t col = ow + j * g.dw - g.pl;
-          if (col >= 0 && col < g.W) sum += w[i * g.kw + j] * xr[col];
-        }
-      }
-      yr[ow] = sum;
-    };
-    for (int64_t ow = 0; ow < lo; ++ow) scalar(ow);
-    int64_t ow = lo;
-    for (; ow + 32 <= hi; ow += 32) {
-      __m256 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W + ow - g.pl;
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const __m256 wv = _mm256_broadcast_ss(w + i * g.kw + j);
-          const float* x = xr + j * g.dw;
-          a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), a0);
-          a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 8), a1);
-          a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 16), a2);
-          a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 24), a3);
-        }
-      }
-      _mm256_storeu_ps(yr + ow, a0);
-      _mm256_storeu_ps(yr + ow + 8, a1);
-      _mm256_storeu_ps(yr + ow + 16, a2);
-      _mm256_storeu_ps(yr + ow + 24, a3);
+    for (int64_t v = 0; v < vecs; v += 4) {
+      const int nb = static_cast<int>(std::min<int64_t>(4, vecs - v));
+      const int64_t last = v + nb == vecs && rem ? rem : 8;  // columns of the block's last vector
+      dw_block_dispatch(rows, nb, taps, top + v * 8, g.sh * ld, bias, yr + v * 8, g.OW, last);
     }
-    for (; ow < hi; ow += 8) {
-      const __m256i m = lane_mask(hi - ow);
-      __m256 a = vb;
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* xr = xin + (oh * g.sh - g.pt + i * g.dh) * g.W + ow - g.pl;
-        for (int64_t j = 0; j < g.kw; ++j)
-          a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + i * g.kw + j),
-                              _mm256_maskload_ps(xr + j * g.dw, m), a);
-      }
-      _mm256_maskstore_ps(yr + ow, m, a);
-    }
-    for (ow = std::max(hi, lo); ow < g.OW; ++ow) scalar(ow);
   }
 }
 

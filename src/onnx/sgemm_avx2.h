@@ -15,15 +15,21 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                      bool overwrite);
 
-// One channel of a depthwise convolution at column stride 1: yout[OH, OW] = bias + the kernel
-// w[kh, kw] over the zero-padded input plane xin[H, W]. Rows of 32 output columns keep four
-// accumulators in registers across all kernel taps, so each output is stored once; columns
-// whose taps fall partly outside the plane are summed one by one. Same CPU condition as above.
+// One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
+// zero-padded input plane xin[H, W], any strides and dilations. The plane is first copied into
+// `scratch` with its zero border and each row split into `sw` phases (phase p holds the padded
+// columns p, p + sw, p + 2 sw, ...), so every tap of every output column is an in-bounds,
+// unit-stride read: two output rows by up to 32 columns keep up to eight accumulators in
+// registers across all taps and store once (the row's last vector masked). No column is summed
+// one by one. scratch holds depthwise_scratch_floats(g) floats. Same CPU condition as above.
+// Kernel widths up to kDepthwiseMaxKw (wider ones take the portable loop).
+constexpr int64_t kDepthwiseMaxKw = 64;
 struct DepthwiseGeo {
-  int64_t H, W, OH, OW, kh, kw, sh, dh, dw, pt, pl;
+  int64_t H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
 };
+int64_t depthwise_scratch_floats(const DepthwiseGeo& g);
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                          float* yout);
+                          float* yout, float* scratch);
 
 // apply_epilogue (ops_internal.h) compiled for AVX2. Same CPU condition.
 void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,

@@ -327,16 +327,21 @@ TEST(OnnxFuse, ValuesReadOutsideTheChainStayUnfused) {
 }
 
 // Depthwise Conv (the AVX2 plane kernel when the CPU has it, else the portable one; run under
-// POWER_FORCE_ISA=scalar too) against a float64 reference, over kernel sizes, pads, dilations,
-// strides and widths on both sides of the 32- and 8-column register blocks.
+// POWER_FORCE_ISA=scalar too) against a float64 reference, over kernel sizes, pads (also
+// asymmetric), dilations, strides 1-3 (the AVX2 kernel's phase split) and widths on both sides
+// of the 32- and 8-column register blocks.
 TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
   struct Geo {
     int64_t k, pad, dil, stride_h, stride_w, H, W;
+    int64_t pad_end = -1;  // bottom and right pads; -1: the same as `pad`
   };
-  const Geo geos[] = {{3, 1, 1, 1, 1, 5, 7},   {3, 1, 1, 1, 1, 9, 70}, {5, 2, 1, 1, 1, 6, 41},
-                      {5, 2, 1, 2, 1, 11, 33}, {3, 2, 2, 1, 1, 8, 45}, {3, 0, 1, 1, 1, 4, 3},
-                      {5, 0, 1, 1, 1, 5, 5},   {3, 1, 1, 2, 2, 9, 40}, {3, 3, 1, 1, 1, 3, 2},
-                      {1, 0, 1, 1, 1, 2, 67}};
+  const Geo geos[] = {
+      {3, 1, 1, 1, 1, 5, 7},     {3, 1, 1, 1, 1, 9, 70},   {5, 2, 1, 1, 1, 6, 41},
+      {5, 2, 1, 2, 1, 11, 33},   {3, 2, 2, 1, 1, 8, 45},   {3, 0, 1, 1, 1, 4, 3},
+      {5, 0, 1, 1, 1, 5, 5},     {3, 1, 1, 2, 2, 9, 40},   {3, 3, 1, 1, 1, 3, 2},
+      {1, 0, 1, 1, 1, 2, 67},    {3, 1, 1, 2, 2, 20, 131}, {5, 2, 1, 2, 2, 9, 81},
+      {3, 1, 2, 2, 2, 10, 77},   {3, 1, 1, 3, 3, 10, 100}, {3, 0, 1, 2, 2, 7, 66, 1},
+      {5, 2, 1, 1, 1, 6, 45, 0}, {3, 1, 1, 1, 2, 5, 2},    {7, 3, 1, 2, 2, 4, 5}};
   const int64_t C = 3;
   for (const Geo& q : geos) {
     SCOPED_TRACE(::testing::Message()
@@ -356,7 +361,8 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
       a->set_type(::onnx::AttributeProto::INTS);
       for (int64_t x : v) a->add_ints(x);
     };
-    ints("pads", {q.pad, q.pad, q.pad, q.pad});
+    const int64_t pe = q.pad_end < 0 ? q.pad : q.pad_end;
+    ints("pads", {q.pad, q.pad, pe, pe});
     ints("dilations", {q.dil, q.dil});
     ints("strides", {q.stride_h, q.stride_w});
     b.output("y");
@@ -367,8 +373,8 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
     auto out = (*m)->run({make_f32({1, C, q.H, q.W}, xv)});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
     const int64_t span = (q.k - 1) * q.dil + 1;
-    const int64_t OH = (q.H + 2 * q.pad - span) / q.stride_h + 1;
-    const int64_t OW = (q.W + 2 * q.pad - span) / q.stride_w + 1;
+    const int64_t OH = (q.H + q.pad + pe - span) / q.stride_h + 1;
+    const int64_t OW = (q.W + q.pad + pe - span) / q.stride_w + 1;
     ASSERT_EQ((*out)[0].shape, (Shape{1, C, OH, OW}));
     const float* y = (*out)[0].data<float>();
     for (int64_t c = 0; c < C; ++c)
