@@ -15,6 +15,12 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                      bool overwrite);
 
+// The same product with 512-bit registers (sgemm_avx512.cpp), the same bits. Only call when
+// cpu_isa() is kAvx512.
+void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                       bool overwrite);
+
 // One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
 // zero-padded input plane xin[H, W], any strides and dilations. The plane is first copied into
 // `scratch` with its zero border and each row split into `sw` phases (phase p holds the padded

@@ -58,7 +58,7 @@ TEST(OnnxSgemm, MatchesFloat64ReferenceUnderEveryIsa) {
     if (!set_cpu_isa_for_testing(isa)) continue;
     ++paths;
     std::mt19937 rng(1234);
-    for (int64_t M : {1, 5, 6, 7, 12, 13, 25}) {
+    for (int64_t M : {1, 5, 6, 7, 12, 13, 25, 37}) {
       for (int64_t N : {1, 2, 4, 7, 8, 9, 15, 16, 17, 32, 40, 65}) {
         for (int64_t K : {1, 3, 256, 300}) {
           for (int flags = 0; flags < 8; ++flags) {
@@ -95,6 +95,35 @@ TEST(OnnxSgemm, ThreadsSplitWithoutChangingBits) {
           FAIL() << "isa " << cpu_isa_name(isa);
         }
       }
+    }
+  }
+  set_cpu_isa_for_testing(saved);
+}
+
+// The AVX2 (6 x 16) and AVX-512 (12 x 32) tiles compute each output as the same chain of fused
+// multiply-adds in ascending k, so they agree bit for bit (the ISA a machine picks does not
+// change a model's outputs). Skipped where the CPU lacks AVX-512.
+TEST(OnnxSgemm, Avx2AndAvx512TilesGiveTheSameBits) {
+  const CpuIsa saved = cpu_isa();
+  if (!set_cpu_isa_for_testing(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t shapes[][3] = {{24, 700, 864}, {16, 333, 144}, {37, 65, 16}, {8, 100, 72},
+                               {96, 40, 96},   {1, 17, 3},     {13, 31, 600}};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], N = s[1], K = s[2];
+    std::vector<float> A(M * K), B(K * N), C0(M * N);
+    for (auto& v : A) v = u(rng);
+    for (auto& v : B) v = u(rng);
+    for (auto& v : C0) v = u(rng);
+    for (bool acc : {false, true}) {
+      std::vector<float> c512 = C0, c2 = C0;
+      ASSERT_TRUE(set_cpu_isa_for_testing(CpuIsa::kAvx512));
+      sgemm(nullptr, M, N, K, A.data(), K, false, B.data(), N, false, c512.data(), N, acc);
+      ASSERT_TRUE(set_cpu_isa_for_testing(CpuIsa::kAvx2));
+      sgemm(nullptr, M, N, K, A.data(), K, false, B.data(), N, false, c2.data(), N, acc);
+      EXPECT_EQ(0, std::memcmp(c512.data(), c2.data(), c2.size() * sizeof(float)))
+          << "M=" << M << " N=" << N << " K=" << K << " acc=" << acc;
     }
   }
   set_cpu_isa_for_testing(saved);
