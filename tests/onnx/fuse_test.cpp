@@ -8,10 +8,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/isa.h"
 #include "onnx/graph.h"
+#include "onnx/ops_internal.h"
 #include "onnx_test_util.h"
 
 namespace power::onnx {
@@ -324,6 +327,53 @@ TEST(OnnxFuse, ValuesReadOutsideTheChainStayUnfused) {
     ASSERT_TRUE(m.ok());
     EXPECT_EQ((*m)->op_counts()["Clip"], 1);
   }
+}
+
+// The epilogue itself, step kind by step kind, on special values (NaN, infinities, signed zeros,
+// subnormals, Clip bounds, huge values) and a length with a partial last vector: the epilogue
+// compiled for AVX2 (chosen under the AVX2 and AVX-512 ISAs) gives the portable
+// (POWER_FORCE_ISA=scalar) build's bits, with scalar and per-channel operands, with and without
+// the Conv bias. (A register-resident version, tried, measured no faster: Div dominates.)
+TEST(OnnxFuse, EpilogueGivesThePortableBitsOnEveryIsa) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {nan,    -nan,  inf,   -inf, 0.0f,   -0.0f, 1e-45f, -1e-45f,
+                          3.0f,   -3.0f, 6.0f,  0.5f, -0.5f,  1e30f, -1e30f, 3e38f,
+                          -3e38f, 1.0f,  -1.0f, 2.5f, 1e-40f, 88.0f, -88.0f, 100.0f};
+  const auto extra = random_floats(53, -8.0f, 8.0f, 11);
+  x.insert(x.end(), extra.begin(), extra.end());  // 77 values: two 32-value groups and 13 more
+  const CpuIsa saved = cpu_isa();
+  int compared = 0;
+  for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
+    for (bool per_channel : {false, true}) {
+      FusedStep mul{FusedStep::kMul, -1.5f, 0};
+      FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f};
+      if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f};
+      if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f};
+      if (per_channel) st.channel = {9.0f, kind == FusedStep::kClip ? -0.0f : -0.25f, 2.0f};
+      // Save first, so the register forms read the value before the Mul.
+      const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0}, mul, st};
+      const float biases[] = {-0.0f, 1.25f};  // -0: keeps every value, signs of zero included
+      for (const float* bias : {static_cast<const float*>(nullptr), &biases[0], &biases[1]}) {
+        ASSERT_TRUE(set_cpu_isa_for_testing(CpuIsa::kScalar));
+        std::vector<float> want = x;
+        apply_epilogue(steps, bias, 1, want.data(), static_cast<int64_t>(want.size()));
+        for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          if (!set_cpu_isa_for_testing(isa)) continue;
+          std::vector<float> got = x;
+          apply_epilogue(steps, bias, 1, got.data(), static_cast<int64_t>(got.size()));
+          ++compared;
+          for (size_t i = 0; i < x.size(); ++i)
+            EXPECT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << cpu_isa_name(isa) << " kind " << kind << (per_channel ? " per channel" : "")
+                << (bias ? " with bias" : "") << ": x=" << x[i] << " gives " << got[i]
+                << ", portable " << want[i];
+        }
+      }
+    }
+  }
+  set_cpu_isa_for_testing(saved);
+  if (compared == 0) GTEST_SKIP() << "no AVX2 on this CPU: only the portable epilogue exists";
 }
 
 // Depthwise Conv (the AVX2 plane kernel when the CPU has it, else the portable one; run under
