@@ -70,9 +70,10 @@ void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c,
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
                         bool);
 template <bool kFull>
-constexpr TileFn kTiles[kRows] = {
-    tile<1, kFull>, tile<2, kFull>, tile<3, kFull>, tile<4, kFull>,  tile<5, kFull>,  tile<6, kFull>,
-    tile<7, kFull>, tile<8, kFull>, tile<9, kFull>, tile<10, kFull>, tile<11, kFull>, tile<12, kFull>};
+constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFull>,
+                                  tile<4, kFull>,  tile<5, kFull>,  tile<6, kFull>,
+                                  tile<7, kFull>,  tile<8, kFull>,  tile<9, kFull>,
+                                  tile<10, kFull>, tile<11, kFull>, tile<12, kFull>};
 
 }  // namespace
 
