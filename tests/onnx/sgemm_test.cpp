@@ -85,8 +85,9 @@ TEST(OnnxSgemm, ThreadsSplitWithoutChangingBits) {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!set_cpu_isa_for_testing(isa)) continue;
     std::mt19937 rng(99);
-    const int64_t shapes[][3] = {{258, 4, 256}, {128, 1, 600}, {64, 8, 384},
-                                 {40, 700, 96}, {300, 40, 64}, {7, 2000, 33}};
+    // Each above sgemm's 1 Mi multiply-adds, below which it stays on the calling thread.
+    const int64_t shapes[][3] = {{1024, 4, 512}, {2048, 1, 600}, {512, 8, 384},
+                                 {40, 700, 96},  {300, 80, 64},  {7, 6000, 33}};
     for (const auto& s : shapes) {
       for (int flags = 0; flags < 8; ++flags) {
         check_shape(s[0], s[1], s[2], flags & 1, flags & 2, flags & 4, rng, &pool);
