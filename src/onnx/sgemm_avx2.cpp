@@ -250,12 +250,9 @@ void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* 
       std::fill(ph, ph + lo, 0.0f);
       if (g.sw == 1) {
         std::copy(src + lo - g.pl, src + hi - g.pl, ph + lo);
-      } else {
-        for (int64_t q = lo; q < hi; ++q) {
-          if (q == qa && qb > qa) q = qb;  // done above
-          if (q >= hi) break;
-          ph[q] = src[q * g.sw + p - g.pl];
-        }
+      } else {  // [qa, qb) was split above (empty unless sw is 2)
+        for (int64_t q = lo; q < std::min(qa, hi); ++q) ph[q] = src[q * g.sw + p - g.pl];
+        for (int64_t q = std::max(qb, lo); q < hi; ++q) ph[q] = src[q * g.sw + p - g.pl];
       }
       std::fill(ph + hi, ph + pp.wq, 0.0f);
     }
