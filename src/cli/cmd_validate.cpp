@@ -547,15 +547,35 @@ Result<int> run_ab(const AbCli& o) {
   // Shared processes reload both instances every round: where the weights' copies, KV pool
   // and workspace land in memory moves a model's speed by 10-20 % on the VMs measured
   // (docs/VALIDATION.md), a bias that would otherwise follow one instance through every round.
-  // Reloaded, it varies round to round, and the A/A control (two instances of the baseline)
-  // and the bootstrap see it as the noise it is.
+  // Both are freed before either loads, and a seeded coin of its own picks which loads first
+  // (freed last, the other instance's memory is what the allocator hands out first): an
+  // instance reloaded straight after its own release took back the pages it had just given
+  // up, and its bias followed it through every round all the same. Reloaded this way, the
+  // bias varies round to round, and the A/A control (two instances of the baseline) and the
+  // bootstrap see it as the noise it is.
+  validate::SplitMix64 load_rng(o.seed ^ 0x6c6f6164ULL);
   auto do_phase = [&](const char* phase, int n_rounds, Arm& a, Arm& b) -> Status {
     for (int round = 0; round < n_rounds; ++round) {
+      json reload = nullptr;  // shared processes: how this round's instances were loaded
       if (!fresh) {
-        Arm& first = round % 2 ? b : a;
-        Arm& second = round % 2 ? a : b;
+        const bool a_first = load_rng.below(2) == 0;
+        reload = {{"loaded_first", a_first ? "A" : "B"}, {"warmed_up", o.cache == "warm"}};
+        Arm& first = a_first ? a : b;
+        Arm& second = a_first ? b : a;
+        first.unload();
+        second.unload();
         POWER_RETURN_IF_ERROR(first.load());
         POWER_RETURN_IF_ERROR(second.load());
+        // --cache warm: an untimed run of each fresh instance first. The first run after a
+        // load faults in its KV pool and workspace and ran some 12 % slower than the next
+        // (both instances alike, so unbiased, but it made the order that came first in a
+        // round look like a different machine).
+        if (o.cache == "warm") {
+          for (Arm* arm : {&first, &second}) {
+            POWER_RETURN_IF_ERROR(
+                arm->measure({{"kind", "run"}, {"logits_probe", false}}).status());
+          }
+        }
       }
       // ABBA: AB then BA; random: a coin per round decides which order goes first.
       const bool ab_first = o.order == "abba" || rng.below(2) == 0;
@@ -575,6 +595,7 @@ Result<int> run_ab(const AbCli& o) {
           r["order"] = ab ? "AB" : "BA";
           r["arm"] = is_a ? "A" : "B";
           r["settings"] = (&(is_a ? a : b) == &arms[1]) ? "candidate" : "baseline";
+          r["reload"] = reload;
           say(fmt::format("{} round {} {} {}: {:.2f} tok/s", phase, round + 1, ab ? "AB" : "BA",
                           is_a ? "A" : "B",
                           r["completion_tokens"].get<double>() / r["wall_s"].get<double>()));
