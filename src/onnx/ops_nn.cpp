@@ -493,6 +493,13 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     }
   };
   const std::vector<FusedStep>& epi = n.epilogue;
+  // Whether the SGEMM blocks apply the epilogue in their tiles (kk > 0: a block needs K > 0).
+#if defined(POWER_ONNX_AVX2)
+  const bool tiles_take_epilogue =
+      cpu_isa() != CpuIsa::kScalar && kk > 0 && tile_epilogue_supported(epi);
+#else
+  const bool tiles_take_epilogue = false;
+#endif
 #if defined(POWER_ONNX_AVX2)
   const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
   const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
@@ -548,18 +555,33 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
         }
         continue;
       }
+      // On AVX2/AVX-512 the bias and epilogue go on each register tile before it is stored
+      // (TileEpilogue), not in a pass that reads the chunk's output back.
+      [[maybe_unused]] const TileEpilogue tile_ep{epi.data(), static_cast<int64_t>(epi.size()), bg,
+                                                  gi * mg};
+      const bool in_tiles = tiles_take_epilogue && (bg || !epi.empty());
+      auto product = [&](const float* bm, int64_t ldb, float* y, int64_t len) {
+#if defined(POWER_ONNX_AVX2)
+        if (in_tiles) {
+          if (cpu_isa() == CpuIsa::kAvx512)
+            return gemm_block_avx512(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true, &tile_ep);
+          return gemm_block_avx2(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true, &tile_ep);
+        }
+#endif
+        gemm_block(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true);
+      };
       channels(chunks, [&](size_t c0, size_t c1, int thread) {
         float* cb = pointwise ? nullptr : col.mutable_data<float>() + thread * kk * chunk;
         for (size_t c = c0; c < c1; ++c) {
           const int64_t j0 = static_cast<int64_t>(c) * chunk, j1 = std::min(P, j0 + chunk);
           const int64_t len = j1 - j0;
           if (pointwise) {
-            gemm_block(0, mg, 0, len, kk, wg, kk, xin + j0, P, yout + j0, P, true);
+            product(xin + j0, P, yout + j0, len);
           } else {
             im2col(g, xin, 0, cg, j0, j1, cb, len);
-            gemm_block(0, mg, 0, len, kk, wg, kk, cb, len, yout + j0, P, true);
+            product(cb, len, yout + j0, len);
           }
-          finish(0, mg, j0, len);
+          if (!in_tiles) finish(0, mg, j0, len);
         }
       });
     }

@@ -16,6 +16,7 @@
 
 #include "onnx/epilogue_impl.h"
 #include "onnx/sgemm_avx2.h"
+#include "onnx/tile_epilogue_impl.h"
 
 namespace power::onnx {
 
@@ -32,7 +33,7 @@ __m256i lane_mask(int64_t n) {  // lanes < n set (n clamped to 0..8)
 
 template <int R, bool kFull>
 void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc, int64_t n, bool load_c) {
+          float* c, int64_t ldc, int64_t n, bool load_c, const TileEpilogue* ep, int64_t row) {
   const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
   __m256 c0[R], c1[R];
   for (int r = 0; r < R; ++r) {
@@ -63,6 +64,8 @@ void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, i
       c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
     }
   }
+  if (ep)
+    for (int r = 0; r < R; ++r) tile_row_epilogue<Ops256>(*ep, row + r, c0[r], c1[r]);
   for (int r = 0; r < R; ++r) {
     if constexpr (kFull) {
       _mm256_storeu_ps(c + r * ldc, c0[r]);
@@ -76,20 +79,21 @@ void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, i
 
 template <bool kFull>
 void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc, int64_t n, bool load_c) {
+               int64_t ldb, float* c, int64_t ldc, int64_t n, bool load_c, const TileEpilogue* ep,
+               int64_t row) {
   switch (rows) {
     case 1:
-      return tile<1, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<1, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
     case 2:
-      return tile<2, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<2, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
     case 3:
-      return tile<3, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<3, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
     case 4:
-      return tile<4, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<4, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
     case 5:
-      return tile<5, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<5, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
     default:
-      return tile<6, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c);
+      return tile<6, kFull>(k0, k1, a, lda, b, ldb, c, ldc, n, load_c, ep, row);
   }
 }
 
@@ -97,11 +101,12 @@ void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda
 
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                     bool overwrite) {
+                     bool overwrite, const TileEpilogue* ep) {
   alignas(32) float strip[kPanel * kCols];
   for (int64_t kt = 0; kt < K; kt += kPanel) {
     const int64_t ke = std::min(K, kt + kPanel);
     const bool load_c = !(overwrite && kt == 0);
+    const TileEpilogue* last = ke == K ? ep : nullptr;  // the steps go on the final sums
     for (int64_t j = j0; j < j1; j += kCols) {
       const int64_t n = std::min(kCols, j1 - j);
       // The panel's 16-column strip of B, copied contiguous (zero past column n): its rows lie
@@ -117,9 +122,9 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
         const float* a = A + i * lda + kt;
         float* c = C + i * ldc + j;
         if (n == kCols) {
-          tile_rows<true>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c);
+          tile_rows<true>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c, last, i);
         } else {
-          tile_rows<false>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c);
+          tile_rows<false>(rows, 0, ke - kt, a, lda, strip, kCols, c, ldc, n, load_c, last, i);
         }
       }
     }
@@ -129,6 +134,11 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
 void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
                          float* y, int64_t n) {
   epilogue_block_loop(steps, bias, c, y, n);
+}
+
+bool tile_epilogue_supported(const std::vector<FusedStep>& steps) {
+  return std::none_of(steps.begin(), steps.end(),
+                      [](const FusedStep& s) { return s.kind == FusedStep::kSigmoid; });
 }
 
 namespace {

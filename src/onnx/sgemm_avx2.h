@@ -8,18 +8,33 @@
 
 namespace power::onnx {
 
+// A Conv's bias and fused steps (apply_epilogue, ops_internal.h), applied by an SGEMM block to
+// each register tile of its last K panel before the tile is stored: row i of C is output
+// channel c + i and gets bias[i] (none when null), then the steps. The stored bits are those of
+// the product followed by apply_epilogue; the output is not read back for a separate pass.
+// Only chains tile_epilogue_supported() accepts.
+struct TileEpilogue {
+  const FusedStep* steps = nullptr;
+  int64_t n_steps = 0;
+  const float* bias = nullptr;
+  int64_t c = 0;
+};
+// False when a step has no vector form with the scalar loop's bits (Sigmoid).
+bool tile_epilogue_supported(const std::vector<FusedStep>& steps);
+
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1] (= when `overwrite`: C's old values are not
-// read); row-major, leading dimensions given. K > 0.
+// read); row-major, leading dimensions given. K > 0. With `ep`, each stored tile gets the
+// bias and steps first (above).
 // Only call when the CPU has AVX2 and FMA (kernels/cpu/isa.h cpu_isa() != kScalar).
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                     bool overwrite);
+                     bool overwrite, const TileEpilogue* ep = nullptr);
 
 // The same product with 512-bit registers (sgemm_avx512.cpp), the same bits. Only call when
 // cpu_isa() is kAvx512.
 void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       bool overwrite);
+                       bool overwrite, const TileEpilogue* ep = nullptr);
 
 // One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
 // zero-padded input plane xin[H, W], any strides and dilations. The plane is first copied into

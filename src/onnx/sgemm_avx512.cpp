@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "onnx/sgemm_avx2.h"
+#include "onnx/tile_epilogue_impl.h"
 
 namespace power::onnx {
 
@@ -32,7 +33,7 @@ __mmask16 lanes(int64_t n) {  // lanes < n set (n clamped to 0..16)
 // C[0:R, 0:n] (+)= a[0:R, 0:k1] * strip[0:k1, 0:32]; the strip's rows are 32 floats.
 template <int R, bool kFull>
 void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c, int64_t ldc,
-          int64_t n, bool load_c) {
+          int64_t n, bool load_c, const TileEpilogue* ep, int64_t row) {
   const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
   __m512 c0[R], c1[R];
   for (int r = 0; r < R; ++r) {
@@ -56,6 +57,8 @@ void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c,
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
   }
+  if (ep)
+    for (int r = 0; r < R; ++r) tile_row_epilogue<Ops512>(*ep, row + r, c0[r], c1[r]);
   for (int r = 0; r < R; ++r) {
     if constexpr (kFull) {
       _mm512_storeu_ps(c + r * ldc, c0[r]);
@@ -68,7 +71,7 @@ void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c,
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
-                        bool);
+                        bool, const TileEpilogue*, int64_t);
 template <bool kFull>
 constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFull>,
                                   tile<4, kFull>,  tile<5, kFull>,  tile<6, kFull>,
@@ -79,7 +82,7 @@ constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFul
 
 void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       bool overwrite) {
+                       bool overwrite, const TileEpilogue* ep) {
   alignas(64) float strip[kPanel * kCols];
   const int64_t M = i1 - i0;
   // Short products (small K) are bound by C's loads and stores: rows of C often lie a multiple
@@ -90,6 +93,7 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
   for (int64_t kt = 0; kt < K; kt += kPanel) {
     const int64_t ke = std::min(K, kt + kPanel);
     const bool load_c = !(overwrite && kt == 0);
+    const TileEpilogue* last = ke == K ? ep : nullptr;  // the steps go on the final sums
     for (int64_t j = j0; j < j1; j += kCols) {
       const int64_t n = std::min(kCols, j1 - j);
       const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
@@ -101,7 +105,7 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
       for (int64_t i = i0; i < i1; i += per) {
         const int64_t rows = std::min(per, i1 - i);
         const TileFn fn = n == kCols ? kTiles<true>[rows - 1] : kTiles<false>[rows - 1];
-        fn(ke - kt, A + i * lda + kt, lda, strip, C + i * ldc + j, ldc, n, load_c);
+        fn(ke - kt, A + i * lda + kt, lda, strip, C + i * ldc + j, ldc, n, load_c, last, i);
       }
     }
   }
