@@ -462,10 +462,13 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
                    g.pb == 0 && g.pr == 0;
   bool depthwise = cg == 1 && mg == 1;
   // Non-depthwise products go by column chunks: im2col of the chunk's output positions (about
-  // 512 KiB), its product, then the bias and the fused epilogue while the chunk's output rows
-  // (about 256 KiB) are still in cache; the pool takes chunks, each thread with its own im2col
-  // block. Deep layers (few output positions, many channels) instead build the whole im2col
-  // matrix and let sgemm split the rows.
+  // 512 KiB), its product, then the bias and the fused epilogue (in the SGEMM tiles where the
+  // ISA has them, else while the chunk's output rows, about 256 KiB, are still in cache); the
+  // pool takes chunks, each thread with its own im2col block. Deep layers (few output
+  // positions, many channels) instead build the whole im2col matrix and let sgemm split the
+  // rows. A chunk is a whole number of 32-column strips (the AVX-512 tile's width, two of the
+  // AVX2 tile's), the nearest to 512 KiB of im2col: rounded down to 16 columns, det's 3x3
+  // convolutions over 96 channels took 144, and every fifth strip was half empty.
   // Small convolutions (MNIST's, Silero VAD's) run on the calling thread: waking the pool costs
   // more than it saves.
   const double work = static_cast<double>(g.N) * M * P * std::max<int64_t>(1, kk);
@@ -473,7 +476,8 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   const int threads = pool ? pool->size() : 1;
   int64_t chunk = std::clamp<int64_t>((65536 / std::max<int64_t>(1, mg)) / 64 * 64, 64, 4096);
   if (!pointwise)
-    chunk = std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk)) / 16 * 16));
+    chunk =
+        std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk) + 16) / 32 * 32));
   const int64_t chunks = (P + chunk - 1) / chunk;
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
