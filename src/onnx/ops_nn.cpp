@@ -56,17 +56,25 @@ void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t
 // reading a contiguous copy of B's strip and giving the same bits; POWER_FORCE_ISA=scalar keeps
 // the portable loop. With `overwrite`, C's old values are not read (the portable loop zeroes them
 // first).
+// With `ep` (TileEpilogue, sgemm_avx2.h), rows [i0, i1) of the block also get the bias and
+// fused steps: in the tiles where the ISA has them, else in a pass after the portable loop
+// (the same bits either way).
 void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool overwrite) {
+                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool overwrite,
+                const TileEpilogue* ep = nullptr) {
 #if defined(POWER_ONNX_AVX2)
   if (cpu_isa() == CpuIsa::kAvx512)
-    return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
+    return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep);
   if (cpu_isa() != CpuIsa::kScalar)
-    return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
+    return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep);
 #endif
   if (overwrite)
     for (int64_t i = i0; i < i1; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
   gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
+  if (ep)
+    for (int64_t i = i0; i < i1; ++i)
+      apply_epilogue(*ep->steps, ep->bias ? ep->bias + i : nullptr, ep->c + i, C + i * ldc + j0,
+                     j1 - j0);
 }
 
 // C[i, j] (+)= dot(A[i, :], B[j, :]) for a few rows of A against B stored [N, K] (A * B^T
@@ -497,13 +505,6 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     }
   };
   const std::vector<FusedStep>& epi = n.epilogue;
-  // Whether the SGEMM blocks apply the epilogue in their tiles (kk > 0: a block needs K > 0).
-#if defined(POWER_ONNX_AVX2)
-  const bool tiles_take_epilogue =
-      cpu_isa() != CpuIsa::kScalar && kk > 0 && tile_epilogue_supported(epi);
-#else
-  const bool tiles_take_epilogue = false;
-#endif
 #if defined(POWER_ONNX_AVX2)
   const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
   const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
@@ -559,31 +560,21 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
         }
         continue;
       }
-      // On AVX2/AVX-512 the bias and epilogue go on each register tile before it is stored
-      // (TileEpilogue), not in a pass that reads the chunk's output back.
-      [[maybe_unused]] const TileEpilogue tile_ep{epi.data(), static_cast<int64_t>(epi.size()), bg,
-                                                  gi * mg};
-      const bool in_tiles = tiles_take_epilogue && (bg || !epi.empty());
-      auto product = [&](const float* bm, int64_t ldb, float* y, int64_t len) {
-#if defined(POWER_ONNX_AVX2)
-        if (in_tiles) {
-          if (cpu_isa() == CpuIsa::kAvx512)
-            return gemm_block_avx512(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true, &tile_ep);
-          return gemm_block_avx2(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true, &tile_ep);
-        }
-#endif
-        gemm_block(0, mg, 0, len, kk, wg, kk, bm, ldb, y, P, true);
-      };
+      // The bias and epilogue go on each register tile before it is stored (TileEpilogue), not
+      // in a pass that reads the chunk's output back; chains with a Sigmoid keep that pass.
+      const TileEpilogue tile_ep{&epi, bg, gi * mg};
+      const bool in_tiles = (bg || !epi.empty()) && tile_epilogue_supported(epi);
+      const TileEpilogue* ep = in_tiles ? &tile_ep : nullptr;
       channels(chunks, [&](size_t c0, size_t c1, int thread) {
         float* cb = pointwise ? nullptr : col.mutable_data<float>() + thread * kk * chunk;
         for (size_t c = c0; c < c1; ++c) {
           const int64_t j0 = static_cast<int64_t>(c) * chunk, j1 = std::min(P, j0 + chunk);
           const int64_t len = j1 - j0;
           if (pointwise) {
-            product(xin + j0, P, yout + j0, len);
+            gemm_block(0, mg, 0, len, kk, wg, kk, xin + j0, P, yout + j0, P, true, ep);
           } else {
             im2col(g, xin, 0, cg, j0, j1, cb, len);
-            product(cb, len, yout + j0, len);
+            gemm_block(0, mg, 0, len, kk, wg, kk, cb, len, yout + j0, P, true, ep);
           }
           if (!in_tiles) finish(0, mg, j0, len);
         }
@@ -594,6 +585,11 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
 }
 
 }  // namespace
+
+bool tile_epilogue_supported(const std::vector<FusedStep>& steps) {
+  return std::none_of(steps.begin(), steps.end(),
+                      [](const FusedStep& s) { return s.kind == FusedStep::kSigmoid; });
+}
 
 void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,
                     int64_t n) {

@@ -136,11 +136,6 @@ void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias,
   epilogue_block_loop(steps, bias, c, y, n);
 }
 
-bool tile_epilogue_supported(const std::vector<FusedStep>& steps) {
-  return std::none_of(steps.begin(), steps.end(),
-                      [](const FusedStep& s) { return s.kind == FusedStep::kSigmoid; });
-}
-
 namespace {
 
 // The padded, phase-split plane of depthwise_plane_avx2: rows of sw phases, each `wq` floats;

@@ -14,12 +14,12 @@ namespace power::onnx {
 // the product followed by apply_epilogue; the output is not read back for a separate pass.
 // Only chains tile_epilogue_supported() accepts.
 struct TileEpilogue {
-  const FusedStep* steps = nullptr;
-  int64_t n_steps = 0;
+  const std::vector<FusedStep>* steps = nullptr;
   const float* bias = nullptr;
   int64_t c = 0;
 };
-// False when a step has no vector form with the scalar loop's bits (Sigmoid).
+// False when a step has no vector form with the scalar loop's bits (Sigmoid). Defined in
+// ops_nn.cpp (every platform).
 bool tile_epilogue_supported(const std::vector<FusedStep>& steps);
 
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1] (= when `overwrite`: C's old values are not

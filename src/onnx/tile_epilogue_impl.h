@@ -64,8 +64,7 @@ __attribute__((always_inline)) inline void tile_row_epilogue(const TileEpilogue&
   const V zero = O::set1(0.0f), one = O::set1(1.0f);
   V h0 = zero, h1 = zero;
   const int64_t c = e.c + row;
-  for (int64_t s = 0; s < e.n_steps; ++s) {
-    const FusedStep& st = e.steps[s];
+  for (const FusedStep& st : *e.steps) {
     const V a = O::set1(st.channel.empty() ? st.a : st.channel[static_cast<size_t>(c)]);
     switch (st.kind) {
       case FusedStep::kSave:

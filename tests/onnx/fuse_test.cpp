@@ -438,7 +438,7 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
             block(want.data(), nullptr);
             for (int64_t i = 0; i < M; ++i)  // channels 2.., as TileEpilogue::c = 2 says
               apply_epilogue(steps, b ? b + i : nullptr, 2 + i, want.data() + i * N, N);
-            const TileEpilogue ep{steps.data(), static_cast<int64_t>(steps.size()), b, 2};
+            const TileEpilogue ep{&steps, b, 2};
             block(got.data(), &ep);
             ++compared;
             for (size_t i = 0; i < want.size(); ++i)
