@@ -300,9 +300,14 @@ TEST_F(QueueHttp, AQueuedClientThatLeavesIsCancelledBeforeItRuns) {
   int a = send_request(long_body, "/v1/completions");
   ASSERT_GE(a, 0);
   char buf[4096];
-  ASSERT_GT(::recv(a, buf, sizeof buf, 0), 0);  // its stream has begun: it is running
-
+  ASSERT_GT(::recv(a, buf, sizeof buf, 0), 0);  // its stream has begun
+  // The stream's headers go out when A is admitted, which may be before it leaves the queue:
+  // B must not be sent until A holds the slot, or B's wait below could see A queued instead.
   std::string m;
+  ASSERT_TRUE(wait_metrics(
+      [&](const std::string& t) { return metric(t, running) == 1 && metric(t, depth) == 0; },
+      std::chrono::seconds(10), &m))
+      << m;
   const json short_body = {{"model", kModel}, {"prompt", "Once"}, {"max_tokens", 4}};
   // B (streamed), then C (not streamed): each waits in the one queue slot, then leaves.
   for (bool stream : {true, false}) {
