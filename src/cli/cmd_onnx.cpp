@@ -141,9 +141,12 @@ void add_inspect(CLI::App& onnx) {
                   "NAME=DxDxD: input shape for the memory plan (symbolic inputs need one)");
   cmd->add_flag("--json", *as_json, "JSON output");
   cmd->add_flag("--no-fuse", *no_fuse, "keep elementwise nodes apart from the Conv they follow");
+  auto no_fold = std::make_shared<bool>(false);
+  cmd->add_flag("--no-fold", *no_fold, "keep nodes whose inputs are all constants as nodes");
   cmd->callback([=] {
     LoadOptions options;
     options.fuse_elementwise = !*no_fuse;
+    options.fold_constants = !*no_fold;
     auto m = load_onnx(*model, options);
     if (!m.ok()) return report_error(m.status());
     const Model& mm = **m;
@@ -163,6 +166,7 @@ void add_inspect(CLI::App& onnx) {
     j["outputs"] = outs;
     j["operators"] = mm.op_counts();
     j["fused"] = mm.fused_counts();
+    j["folded"] = mm.folded_nodes();
     auto sh = input_shapes(mm, *shapes);
     if (sh.ok()) {
       auto plan = mm.plan_memory(*sh);
@@ -189,6 +193,7 @@ void add_inspect(CLI::App& onnx) {
       for (const auto& [op, n] : fused) std::printf(" %s %d", op.c_str(), n);
       std::printf("\n");
     }
+    if (mm.folded_nodes() > 0) std::printf("folded at load: %d nodes\n", mm.folded_nodes());
     if (j["plan"].contains("peak_bytes")) {
       std::printf(
           "planned peak of intermediates: %lld bytes%s\n", j["plan"]["peak_bytes"].get<long long>(),
@@ -212,9 +217,12 @@ void add_run(CLI::App& onnx) {
   cmd->add_option("-t,--threads", *threads, "threads (default 1)");
   cmd->add_option("--values", *values, "values printed per output (default 8; -1 all)");
   cmd->add_flag("--no-fuse", *no_fuse, "run elementwise nodes apart from the Conv they follow");
+  auto no_fold = std::make_shared<bool>(false);
+  cmd->add_flag("--no-fold", *no_fold, "run nodes whose inputs are all constants on every call");
   cmd->callback([=] {
     LoadOptions options;
     options.fuse_elementwise = !*no_fuse;
+    options.fold_constants = !*no_fold;
     auto m = load_onnx(*model, options);
     if (!m.ok()) return report_error(m.status());
     std::vector<Tensor> in;

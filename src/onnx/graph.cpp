@@ -132,6 +132,8 @@ ValueInfo value_info(const ::onnx::ValueInfoProto& v) {
 struct Loader {
   int64_t opset = 0;
   bool fuse = true;
+  bool fold = true;
+  int64_t fold_budget = 0;  // bytes that folded constants may still take (set per model)
   int depth = 0;
 
   // Id of `name` in g, resolving it through enclosing graphs when g does not define it.
@@ -335,6 +337,164 @@ struct Loader {
       conv.outputs[0] = g.nodes[chain[len - 1]].outputs[0];
     }
     remove_nodes(g, drop, readers);
+  }
+
+  // An upper bound on the bytes of node n's outputs for inputs `in`, computed before its kernel
+  // runs; -1 for operators whose output size the inputs do not bound (Expand, Tile,
+  // ConstantOfShape, Range: a small constant could make a large tensor) or that are not worth
+  // running here (MatMul, Conv, ...).
+  static int64_t folded_bytes_bound(const Node& n, const std::vector<const Tensor*>& in) {
+    static const std::unordered_set<std::string> broadcast = {
+        "Add",   "Sub",  "Mul",     "Div",         "Pow",
+        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+        "And",   "Or",   "Xor",     "Mod",         "Max",
+        "Min",   "Sum",  "Mean",    "Where"};
+    static const std::unordered_set<std::string> bounded = {"Constant",
+                                                            "Identity",
+                                                            "Reshape",
+                                                            "Flatten",
+                                                            "Squeeze",
+                                                            "Unsqueeze",
+                                                            "Transpose",
+                                                            "Concat",
+                                                            "Slice",
+                                                            "Split",
+                                                            "Shape",
+                                                            "Size",
+                                                            "Cast",
+                                                            "Relu",
+                                                            "Sigmoid",
+                                                            "Tanh",
+                                                            "Exp",
+                                                            "Log",
+                                                            "Sqrt",
+                                                            "Erf",
+                                                            "Reciprocal",
+                                                            "Floor",
+                                                            "Ceil",
+                                                            "Sin",
+                                                            "Cos",
+                                                            "Softplus",
+                                                            "Softsign",
+                                                            "HardSigmoid",
+                                                            "HardSwish",
+                                                            "LeakyRelu",
+                                                            "Elu",
+                                                            "Neg",
+                                                            "Abs",
+                                                            "Sign",
+                                                            "Not",
+                                                            "Clip",
+                                                            "Softmax",
+                                                            "LogSoftmax",
+                                                            "ReduceMean",
+                                                            "ReduceSum",
+                                                            "ReduceMax",
+                                                            "ReduceMin",
+                                                            "ReduceSumSquare",
+                                                            "ReduceProd",
+                                                            "ReduceLogSumExp",
+                                                            "ArgMax",
+                                                            "ArgMin"};
+    constexpr int64_t kElem = 8;  // the widest element a kernel here writes
+    int64_t numel = 0;
+    if (broadcast.count(n.op)) {
+      Shape dims;  // per aligned axis, the largest extent among the inputs
+      for (const Tensor* t : in) {
+        if (!t) continue;
+        if (t->shape.size() > dims.size())
+          dims.insert(dims.begin(), t->shape.size() - dims.size(), 1);
+        for (size_t d = 0; d < t->shape.size(); ++d) {
+          int64_t& e = dims[dims.size() - t->shape.size() + d];
+          e = std::max(e, t->shape[d]);
+        }
+      }
+      numel = shape_numel(dims);
+    } else if (n.op == "Gather") {
+      if (in.size() < 2 || !in[0] || !in[1]) return -1;
+      numel = in[0]->numel() * std::max<int64_t>(1, in[1]->numel());
+    } else if (bounded.count(n.op)) {
+      for (const Tensor* t : in)
+        if (t) numel += t->numel();
+      numel += 64;  // Shape, Size, Constant: a few elements or the attribute's own tensor
+    } else {
+      return -1;
+    }
+    if (numel < 0 || numel > (int64_t{1} << 40)) return -1;
+    return numel * kElem * static_cast<int64_t>(std::max<size_t>(1, n.outputs.size()));
+  }
+
+  // Nodes whose inputs are all constants (initializers, or outputs of nodes folded before them)
+  // run once here, and their outputs become initializers: Constant nodes, and the weight
+  // plumbing exporters leave in graphs (Silero VAD slices its LSTM weights and concatenates the
+  // gates in ONNX order on every call). The kernel is the one the interpreter would run (on one
+  // thread; kernels give the same bits on any thread count). Left to run time: If and nodes with
+  // subgraphs, nodes with a graph output (a caller may write into what run() returns), nodes
+  // whose kernel fails here (the error then comes at run time, as before), and nodes beyond
+  // fold_budget (folded_bytes_bound).
+  void fold_constants(Graph& g) {
+    if (!fold) return;
+    const std::vector<int> readers = count_readers(g);
+    std::vector<bool> is_output(g.names.size(), false);
+    for (int id : g.outputs) is_output[id] = true;
+    std::vector<bool> drop(g.nodes.size(), false);
+    OpContext ctx{nullptr};
+    std::vector<const Tensor*> in;
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!n.def || !n.captures.empty()) continue;
+      bool constant = true;
+      in.clear();
+      for (int id : n.inputs) {
+        if (id < 0) {
+          in.push_back(nullptr);
+          continue;
+        }
+        const Tensor* t = constant_in_scope(g, id);
+        if (!t || !t->buf) {
+          constant = false;
+          break;
+        }
+        in.push_back(t);
+      }
+      for (int id : n.outputs) constant = constant && !(id >= 0 && is_output[id]);
+      if (!constant) continue;
+      const int64_t bound = folded_bytes_bound(n, in);
+      if (bound < 0 || bound > fold_budget) continue;
+      out.assign(std::max<size_t>(n.outputs.size(), 3), Tensor{});
+      if (!n.def->run(n, in, out, ctx).ok()) continue;
+      bool produced = true;
+      for (size_t o = 0; o < n.outputs.size(); ++o)
+        produced = produced && (n.outputs[o] < 0 || out[o].buf);
+      if (!produced) continue;
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        if (n.outputs[o] < 0) continue;
+        fold_budget -= static_cast<int64_t>(out[o].nbytes());
+        g.initializers[n.outputs[o]] = std::move(out[o]);
+      }
+      drop[i] = true;
+      g.folded_nodes++;
+    }
+    remove_nodes(g, drop, readers);
+    // What nothing reads any more goes: initializers (the weights a branch sliced are kept only
+    // in their folded form) and a subgraph's references to enclosing values (so the node that
+    // owns the subgraph no longer captures them).
+    const std::vector<int> now = count_readers(g);
+    for (auto it = g.initializers.begin(); it != g.initializers.end();)
+      it = now[it->first] == 0 ? g.initializers.erase(it) : std::next(it);
+    std::erase_if(g.outer_refs, [&](const std::pair<int, int>& r) { return now[r.first] == 0; });
+  }
+
+  // The value of id in g when it is a constant: an initializer of g, or (through g's references
+  // to enclosing graphs) of a graph around it. Null otherwise.
+  static const Tensor* constant_in_scope(const Graph& g, int id) {
+    auto it = g.initializers.find(id);
+    if (it != g.initializers.end()) return &it->second;
+    if (!g.parent) return nullptr;
+    for (const auto& [local, outer] : g.outer_refs)
+      if (local == id) return constant_in_scope(*g.parent, outer);
+    return nullptr;
   }
 
   // Conv -> BatchNormalization with constant statistics becomes one Conv: per output channel
@@ -626,6 +786,7 @@ struct Loader {
       g.outputs.push_back(id);
       g.output_info.push_back(value_info(out));
     }
+    fold_constants(g);
     fold_batch_norms(g);
     if (fuse) fuse_epilogues(g);
     // Liveness: the last node index that reads each value.
@@ -680,6 +841,9 @@ Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t 
   Loader loader;
   loader.opset = m->opset_;
   loader.fuse = options.fuse_elementwise;
+  loader.fold = options.fold_constants;
+  // Folded constants may take at most the model's own weight bytes again, plus 64 MiB.
+  loader.fold_budget = static_cast<int64_t>(size) + (int64_t{64} << 20);
   m->graph_ = std::make_shared<Graph>();
   POWER_RETURN_IF_ERROR(loader.load_graph(mp.graph(), *m->graph_));
   // Keep a weight-free copy for shape inference: small initializers (shape constants) stay.
@@ -723,6 +887,18 @@ std::map<std::string, int> Model::op_counts() const {
   };
   walk(*graph_);
   return counts;
+}
+
+int Model::folded_nodes() const {
+  int total = 0;
+  std::function<void(const Graph&)> walk = [&](const Graph& g) {
+    total += g.folded_nodes;
+    for (const auto& n : g.nodes)
+      for (const auto& [k, a] : n.attrs)
+        if (a.g) walk(*a.g);
+  };
+  walk(*graph_);
+  return total;
 }
 
 std::map<std::string, int> Model::fused_counts() const {

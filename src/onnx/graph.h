@@ -118,6 +118,7 @@ struct Graph {
   std::vector<int> last_use;  // per value: index of the last node reading it; nodes.size() for
                               // graph outputs; -1 if never read
   Graph* parent = nullptr;
+  int folded_nodes = 0;  // nodes run once at load (LoadOptions::fold_constants)
 };
 
 struct MemoryPlan {
@@ -137,6 +138,9 @@ struct LoadOptions {
   // scalar constant or by the chain's input: HardSwish and Swish as exported) into the Conv
   // that produces their input. Results are bit-identical either way; off is for comparison.
   bool fuse_elementwise = true;
+  // Run nodes whose inputs are all constants once at load and keep their outputs as weights
+  // (Constant nodes, weight slicing and reordering). Same bits either way; off is for comparison.
+  bool fold_constants = true;
 };
 
 class Model {
@@ -157,6 +161,8 @@ class Model {
   std::map<std::string, int> op_counts() const;
   // Elementwise nodes fused into their producers at load, by operator.
   std::map<std::string, int> fused_counts() const;
+  // Nodes of the main graph and its subgraphs whose outputs were computed at load (constants).
+  int folded_nodes() const;
 
   // Peak memory for inputs of these shapes (one per runtime input, in graph input order);
   // symbolic dims of the declared inputs are replaced by the given ones.

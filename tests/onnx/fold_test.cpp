@@ -1,11 +1,17 @@
-// BatchNormalization folded into the preceding Conv at load (graph.cpp fold_batch_norms): the
-// node disappears and the outputs equal BatchNormalization(Conv(x)) computed here by hand;
-// a Conv output that something else also reads is left unfolded.
+// Folding at load. BatchNormalization into the preceding Conv (graph.cpp fold_batch_norms): the
+// node disappears and the outputs equal BatchNormalization(Conv(x)) computed here by hand; a
+// Conv output that something else also reads is left unfolded. Constants (fold_constants):
+// nodes whose inputs are all constants run once at load, also inside If branches that read the
+// enclosing graph's weights; the outputs are the same bits as with LoadOptions::fold_constants
+// off, equal to the arithmetic done here, and Expand (whose size its inputs do not bound) and a
+// node that makes a graph output stay nodes.
 #include <gtest/gtest.h>
 
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "onnx/graph.h"
 
@@ -87,6 +93,170 @@ TEST(OnnxFold, ConvThenBatchNormBecomesOneConv) {
     for (int i = 0; i < 6; ++i) {
       EXPECT_NEAR((*out)[0].data<float>()[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
     }
+  }
+}
+
+void add_i64(::onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(7);
+  t->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) t->add_int64_data(x);
+}
+
+::onnx::NodeProto* add_node(::onnx::GraphProto* g, const std::string& op,
+                            std::initializer_list<const char*> in, const std::string& out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(out);
+  for (const char* s : in) n->add_input(s);
+  n->add_output(out);
+  return n;
+}
+
+// x [1,2] -> MatMul with W' -> y, where W' [2,2] is the weight W [4,2] (a Constant node) with its
+// two row pairs swapped: Concat(Slice(W, 2:4), Slice(W, 0:2)) then Slice to rows 0:2. Also
+// e = Expand(c, [3]) of a one-element constant (a second output), and k = Neg(W) (a third
+// output: a graph output computed from constants only).
+::onnx::ModelProto plumbing() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(15);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  for (int64_t d : {1, 2}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* c = add_node(g, "Constant", {}, "W");
+  auto* a = c->add_attribute();
+  a->set_name("value");
+  a->set_type(::onnx::AttributeProto::TENSOR);
+  auto* t = a->mutable_t();
+  t->set_data_type(1);
+  t->add_dims(4);
+  t->add_dims(2);
+  for (float f : {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f}) t->add_float_data(f);
+  add_i64(g, "zero", {0});
+  add_i64(g, "two", {2});
+  add_i64(g, "four", {4});
+  add_i64(g, "three", {3});
+  add_init(g, "c", {1}, {0.5f});
+  add_node(g, "Slice", {"W", "two", "four"}, "hi");
+  add_node(g, "Slice", {"W", "zero", "two"}, "lo");
+  auto* cat = add_node(g, "Concat", {"hi", "lo"}, "swapped");
+  auto* ax = cat->add_attribute();
+  ax->set_name("axis");
+  ax->set_type(::onnx::AttributeProto::INT);
+  ax->set_i(0);
+  add_node(g, "Slice", {"swapped", "zero", "two"}, "Wp");
+  add_node(g, "MatMul", {"x", "Wp"}, "y");
+  add_node(g, "Expand", {"c", "three"}, "e");
+  add_node(g, "Neg", {"W"}, "k");
+  for (const char* o : {"y", "e", "k"}) g->add_output()->set_name(o);
+  return m;
+}
+
+TEST(OnnxFold, ConstantPlumbingRunsOnceAtLoad) {
+  const std::string bytes = plumbing().SerializeAsString();
+  LoadOptions off;
+  off.fold_constants = false;
+  auto folded = Model::load_bytes(bytes.data(), bytes.size());
+  auto plain = Model::load_bytes(bytes.data(), bytes.size(), off);
+  ASSERT_TRUE(folded.ok()) << folded.status().to_string();
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  // Constant, three Slices and the Concat ran at load; MatMul reads x, Expand is unbounded, Neg
+  // makes a graph output.
+  EXPECT_EQ((*folded)->folded_nodes(), 5);
+  EXPECT_EQ((*folded)->op_counts(),
+            (std::map<std::string, int>{{"Expand", 1}, {"MatMul", 1}, {"Neg", 1}}));
+  EXPECT_EQ((*plain)->folded_nodes(), 0);
+  EXPECT_EQ(
+      (*plain)->op_counts(),
+      (std::map<std::string, int>{
+          {"Concat", 1}, {"Constant", 1}, {"Expand", 1}, {"MatMul", 1}, {"Neg", 1}, {"Slice", 3}}));
+  const std::vector<float> x = {0.25f, -2.0f};
+  auto a = (*folded)->run({make_f32({1, 2}, x)});
+  auto b = (*plain)->run({make_f32({1, 2}, x)});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  // W' = [[5, 6], [7, 8]]: y = [0.25 * 5 - 2 * 7, 0.25 * 6 - 2 * 8] (exact in float).
+  ASSERT_EQ((*a)[0].shape, (Shape{1, 2}));
+  EXPECT_EQ((*a)[0].data<float>()[0], -12.75f);
+  EXPECT_EQ((*a)[0].data<float>()[1], -14.5f);
+  for (size_t o = 0; o < 3; ++o) {
+    ASSERT_EQ((*a)[o].shape, (*b)[o].shape) << o;
+    ASSERT_EQ((*a)[o].nbytes(), (*b)[o].nbytes()) << o;
+    EXPECT_EQ(std::memcmp((*a)[o].buf->data(), (*b)[o].buf->data(), (*a)[o].nbytes()), 0) << o;
+  }
+  EXPECT_EQ((*a)[1].shape, (Shape{3}));
+  EXPECT_EQ((*a)[2].data<float>()[7], -8.0f);
+}
+
+// The same plumbing inside both branches of an If, on a weight of the enclosing graph: the
+// branches fold it, and the enclosing graph then holds only the folded copies.
+TEST(OnnxFold, IfBranchesFoldTheEnclosingGraphsWeights) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(15);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"x", "cond"}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(name[0] == 'x' ? 1 : 9);
+    if (name[0] == 'x') {
+      for (int64_t d : {1, 2}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+    } else {
+      tt->mutable_shape();
+    }
+  }
+  add_init(g, "W", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  add_i64(g, "zero", {0});
+  add_i64(g, "two", {2});
+  add_i64(g, "four", {4});
+  auto* node = add_node(g, "If", {"cond"}, "y");
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    auto* a = node->add_attribute();
+    a->set_name(branch);
+    a->set_type(::onnx::AttributeProto::GRAPH);
+    auto* b = a->mutable_g();
+    b->set_name(branch);
+    const bool then = branch[0] == 't';
+    add_node(b, "Slice", {"W", then ? "two" : "zero", then ? "four" : "two"}, "part");
+    add_node(b, "MatMul", {"x", "part"}, "out");
+    b->add_output()->set_name("out");
+  }
+  g->add_output()->set_name("y");
+  const std::string bytes = m.SerializeAsString();
+  LoadOptions off;
+  off.fold_constants = false;
+  auto folded = Model::load_bytes(bytes.data(), bytes.size());
+  auto plain = Model::load_bytes(bytes.data(), bytes.size(), off);
+  ASSERT_TRUE(folded.ok()) << folded.status().to_string();
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ((*folded)->folded_nodes(), 2);
+  EXPECT_EQ((*folded)->op_counts(), (std::map<std::string, int>{{"If", 1}, {"MatMul", 2}}));
+  // W and the slice bounds are read by nobody any more: only the two 2x2 halves are kept.
+  EXPECT_EQ((*folded)->weight_bytes(), 2 * 4 * 4);
+  EXPECT_EQ((*plain)->weight_bytes(), 8 * 4 + 3 * 8);
+  for (bool c : {true, false}) {
+    Tensor cond;
+    cond.dtype = DType::kBool;
+    cond.shape = {};
+    cond.buf = std::make_shared<Bytes>(1);
+    cond.buf->data()[0] = c ? 1 : 0;
+    const std::vector<Tensor> in = {make_f32({1, 2}, {0.25f, -2.0f}), cond};
+    auto a = (*folded)->run(in);
+    auto b = (*plain)->run(in);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    // then: rows [[5, 6], [7, 8]]; else: [[1, 2], [3, 4]].
+    const float want0 = c ? 0.25f * 5 - 2 * 7 : 0.25f * 1 - 2 * 3;
+    const float want1 = c ? 0.25f * 6 - 2 * 8 : 0.25f * 2 - 2 * 4;
+    EXPECT_EQ((*a)[0].data<float>()[0], want0) << c;
+    EXPECT_EQ((*a)[0].data<float>()[1], want1) << c;
+    EXPECT_EQ(std::memcmp((*a)[0].buf->data(), (*b)[0].buf->data(), 8), 0) << c;
   }
 }
 

@@ -108,5 +108,31 @@ TEST(OnnxSileroVad, RejectsOtherSampleRatesAndGraphs) {
   EXPECT_NE(mnist.status().message().find("Silero"), std::string::npos);
 }
 
+// The graph slices and reorders its LSTM weights inside its If branches on every call; folded at
+// load (LoadOptions::fold_constants), the probabilities are the same bits.
+TEST(OnnxSileroVad, FoldedConstantsGiveTheSameProbabilities) {
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  POWER_REQUIRE_SHARED();
+  LoadOptions off;
+  off.fold_constants = false;
+  auto model = Model::load_file(power::testing::silero_model());
+  auto unfolded = Model::load_file(power::testing::silero_model(), off);
+  ASSERT_TRUE(model.ok() && unfolded.ok());
+  EXPECT_GT((*model)->folded_nodes(), 0);
+  EXPECT_EQ((*unfolded)->folded_nodes(), 0);
+  EXPECT_LT((*model)->op_counts()["Slice"], (*unfolded)->op_counts()["Slice"]);
+  EXPECT_LT((*model)->op_counts()["Concat"], (*unfolded)->op_counts()["Concat"]);
+  auto folded = SileroVad::load(power::testing::silero_model());
+  auto plain = SileroVad::load(power::testing::silero_model(), off);
+  ASSERT_TRUE(folded.ok() && plain.ok());
+  auto audio = load_audio(shared_dir() + "/models/audio/jfk.wav");
+  ASSERT_TRUE(audio.ok()) << audio.status().to_string();
+  auto a = folded->probabilities(audio->samples, audio->sample_rate);
+  auto b = plain->probabilities(audio->samples, audio->sample_rate);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i], (*b)[i]) << "window " << i;
+}
+
 }  // namespace
 }  // namespace power::onnx

@@ -417,10 +417,13 @@ TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   o.onnx.max_running = 1;
   o.onnx.max_waiting = 1;
   o.queue_timeout_s = 1;
+  // The blocker: 12 minutes of audio (23 MB, over the default body limit), 22,500 windows,
+  // seconds of compute at ~0.1 ms each, longer than the two requests' 1 s queue timeout.
+  o.max_body_bytes = 32ull << 20;
   InProcessServer srv;
   ASSERT_TRUE(srv.start(o).ok());
   const int port = srv.port();
-  const std::string blocker = long_wav(3);  // 3 minutes of audio: seconds of compute
+  const std::string blocker = long_wav(12);
   RawReply long_reply;
   std::thread t([&] { long_reply = post_bytes(port, "/v1/audio/vad", blocker, "audio/wav"); });
   bool running = false;
