@@ -732,54 +732,79 @@ Status check_pool(const Node& n) {
   return Status();
 }
 
-Status pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
+// Max and average pooling by output rows: for each kernel tap (i, j), the output columns whose
+// input column lies inside the image ([lo, hi), valid_columns) take the tap's input row in one
+// pass with no bounds test. Every window still sees its taps in (i, j) order, so max keeps its
+// ties and NaN handling (std::max(m, v) in that order, NaN inputs skipped) and the average its
+// double sum; the divisor is (taps inside) or, with count_include_pad, (taps inside the padded
+// area), each a product of a row count and a column count. Planes go to the pool.
+Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* threads) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   const Tensor& x = *in[0];
   POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
   Geo g;
   POWER_RETURN_IF_ERROR(
       geometry(n, x.shape, n.attr_ints("kernel_shape"), g, n.attr_i("ceil_mode", 0) != 0));
-  bool include_pad = n.attr_i("count_include_pad", 0) != 0;
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, out_shape(g, g.C)));
+  const bool include_pad = n.attr_i("count_include_pad", 0) != 0;
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, out_shape(g, g.C)));
   float* py = out[0].mutable_data<float>();
-  for (int64_t bc = 0; bc < g.N * g.C; ++bc) {
-    const float* xin = x.data<float>() + bc * g.H * g.W;
-    for (int64_t oh = 0; oh < g.OH; ++oh)
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        float m = -INFINITY;
-        double s = 0;
-        int64_t cnt = 0, padded = 0;
+  const float* px = x.data<float>();
+  // Per output column and row: taps inside the image, and taps inside the padded area.
+  std::vector<int64_t> col_in(g.OW, 0), col_area(g.OW, 0), row_in(g.OH, 0), row_area(g.OH, 0);
+  for (int64_t ow = 0; ow < g.OW; ++ow)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const int64_t iw = ow * g.sw - g.pl + j * g.dw;
+      col_in[ow] += iw >= 0 && iw < g.W;
+      col_area[ow] += iw >= -g.pl && iw < g.W + g.pr;
+    }
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      row_in[oh] += ih >= 0 && ih < g.H;
+      row_area[oh] += ih >= -g.pt && ih < g.H + g.pb;
+    }
+  for_ranges(threads, g.N * g.C, g.OH * g.OW * g.kh * g.kw, [&](int64_t p0, int64_t p1) {
+    std::vector<double> acc(is_max ? 0 : static_cast<size_t>(g.OW));
+    for (int64_t bc = p0; bc < p1; ++bc) {
+      const float* xin = px + bc * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        float* __restrict yr = py + (bc * g.OH + oh) * g.OW;
+        if (is_max) {
+          std::fill(yr, yr + g.OW, -INFINITY);
+        } else {
+          std::fill(acc.begin(), acc.end(), 0.0);
+        }
         for (int64_t i = 0; i < g.kh; ++i) {
-          int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          const float* __restrict xr = xin + ih * g.W;
           for (int64_t j = 0; j < g.kw; ++j) {
-            int64_t iw = ow * g.sw - g.pl + j * g.dw;
-            bool in_pad_area = ih >= -g.pt && ih < g.H + g.pb && iw >= -g.pl && iw < g.W + g.pr;
-            if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
-              if (in_pad_area) padded++;
-              continue;
+            const int64_t off = j * g.dw - g.pl;  // input column = ow * sw + off
+            int64_t lo, hi;
+            valid_columns(g, off, lo, hi);
+            if (is_max) {
+              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = std::max(yr[ow], xr[ow * g.sw + off]);
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) acc[ow] += xr[ow * g.sw + off];
             }
-            float v = xin[ih * g.W + iw];
-            m = std::max(m, v);
-            s += v;
-            cnt++;
           }
         }
-        if (is_max) {
-          py[(bc * g.OH + oh) * g.OW + ow] = m;
-        } else {
-          int64_t div = include_pad ? cnt + padded : cnt;
-          py[(bc * g.OH + oh) * g.OW + ow] =
-              div ? static_cast<float>(s / static_cast<double>(div)) : 0.0f;
+        if (!is_max) {
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const int64_t div = include_pad ? row_area[oh] * col_area[ow] : row_in[oh] * col_in[ow];
+            yr[ow] = div ? static_cast<float>(acc[ow] / static_cast<double>(div)) : 0.0f;
+          }
         }
       }
-  }
+    }
+  });
   return Status();
 }
-Status op_max_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return pool(n, in, out, true);
+Status op_max_pool(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return pool(n, in, out, true, ctx.pool);
 }
-Status op_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return pool(n, in, out, false);
+Status op_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return pool(n, in, out, false, ctx.pool);
 }
 
 Status global_pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
