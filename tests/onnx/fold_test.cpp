@@ -29,18 +29,24 @@ void add_init(::onnx::GraphProto* g, const std::string& name, std::vector<int64_
   for (float f : v) t->add_float_data(f);
 }
 
-// x [1,2,1,3] -> Conv 1x1 (2 -> 2 channels, bias b) -> BN -> y; optionally the Conv output
-// "c" is also a graph output.
-::onnx::ModelProto conv_bn(bool conv_output_too) {
+// An opset-15 model whose graph has one float input "x" of shape dims.
+::onnx::ModelProto model_with_input(std::initializer_list<int64_t> dims) {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(15);
-  auto* g = m.mutable_graph();
-  auto* in = g->add_input();
+  auto* in = m.mutable_graph()->add_input();
   in->set_name("x");
   auto* tt = in->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(1);
-  for (int64_t d : {1, 2, 1, 3}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  return m;
+}
+
+// x [1,2,1,3] -> Conv 1x1 (2 -> 2 channels, bias b) -> BN -> y; optionally the Conv output
+// "c" is also a graph output.
+::onnx::ModelProto conv_bn(bool conv_output_too) {
+  ::onnx::ModelProto m = model_with_input({1, 2, 1, 3});
+  auto* g = m.mutable_graph();
   add_init(g, "W", {2, 2, 1, 1}, {1.0f, 2.0f, -1.0f, 0.5f});
   add_init(g, "b", {2}, {0.25f, -1.0f});
   add_init(g, "scale", {2}, {2.0f, 0.5f});
@@ -121,15 +127,8 @@ void add_i64(::onnx::GraphProto* g, const std::string& name, const std::vector<i
 // e = Expand(c, [3]) of a one-element constant (a second output), and k = Neg(W) (a third
 // output: a graph output computed from constants only).
 ::onnx::ModelProto plumbing() {
-  ::onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(15);
+  ::onnx::ModelProto m = model_with_input({1, 2});
   auto* g = m.mutable_graph();
-  auto* in = g->add_input();
-  in->set_name("x");
-  auto* tt = in->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(1);
-  for (int64_t d : {1, 2}) tt->mutable_shape()->add_dim()->set_dim_value(d);
   auto* c = add_node(g, "Constant", {}, "W");
   auto* a = c->add_attribute();
   a->set_name("value");
@@ -207,21 +206,12 @@ TEST(OnnxFold, ConstantPlumbingRunsOnceAtLoad) {
 // The same plumbing inside both branches of an If, on a weight of the enclosing graph: the
 // branches fold it, and the enclosing graph then holds only the folded copies.
 TEST(OnnxFold, IfBranchesFoldTheEnclosingGraphsWeights) {
-  ::onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(15);
+  ::onnx::ModelProto m = model_with_input({1, 2});
   auto* g = m.mutable_graph();
-  for (const char* name : {"x", "cond"}) {
-    auto* in = g->add_input();
-    in->set_name(name);
-    auto* tt = in->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(name[0] == 'x' ? 1 : 9);
-    if (name[0] == 'x') {
-      for (int64_t d : {1, 2}) tt->mutable_shape()->add_dim()->set_dim_value(d);
-    } else {
-      tt->mutable_shape();
-    }
-  }
+  auto* cond = g->add_input();
+  cond->set_name("cond");
+  cond->mutable_type()->mutable_tensor_type()->set_elem_type(9);  // bool scalar
+  cond->mutable_type()->mutable_tensor_type()->mutable_shape();
   add_init(g, "W", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
   add_i64(g, "zero", {0});
   add_i64(g, "two", {2});
