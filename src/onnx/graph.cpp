@@ -339,8 +339,9 @@ struct Loader {
     remove_nodes(g, drop, readers);
   }
 
-  // An upper bound on the bytes of node n's outputs for inputs `in`, computed before its kernel
-  // runs; -1 for operators whose output size the inputs do not bound (Expand, Tile,
+  // An upper bound on the new bytes of node n's outputs for inputs `in`, computed before its
+  // kernel runs (a Constant's `value` tensor is shared, not copied; its other forms copy the
+  // attribute's list); -1 for operators whose output size the inputs do not bound (Expand, Tile,
   // ConstantOfShape, Range: a small constant could make a large tensor) or that are not worth
   // running here (MatMul, Conv, ...).
   static int64_t folded_bytes_bound(const Node& n, const std::vector<const Tensor*>& in) {
@@ -349,56 +350,34 @@ struct Loader {
         "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
         "And",   "Or",   "Xor",     "Mod",         "Max",
         "Min",   "Sum",  "Mean",    "Where"};
-    static const std::unordered_set<std::string> bounded = {"Constant",
-                                                            "Identity",
-                                                            "Reshape",
-                                                            "Flatten",
-                                                            "Squeeze",
-                                                            "Unsqueeze",
-                                                            "Transpose",
-                                                            "Concat",
-                                                            "Slice",
-                                                            "Split",
-                                                            "Shape",
-                                                            "Size",
-                                                            "Cast",
-                                                            "Relu",
-                                                            "Sigmoid",
-                                                            "Tanh",
-                                                            "Exp",
-                                                            "Log",
-                                                            "Sqrt",
-                                                            "Erf",
-                                                            "Reciprocal",
-                                                            "Floor",
-                                                            "Ceil",
-                                                            "Sin",
-                                                            "Cos",
-                                                            "Softplus",
-                                                            "Softsign",
-                                                            "HardSigmoid",
-                                                            "HardSwish",
-                                                            "LeakyRelu",
-                                                            "Elu",
-                                                            "Neg",
-                                                            "Abs",
-                                                            "Sign",
-                                                            "Not",
-                                                            "Clip",
-                                                            "Softmax",
-                                                            "LogSoftmax",
-                                                            "ReduceMean",
-                                                            "ReduceSum",
-                                                            "ReduceMax",
-                                                            "ReduceMin",
-                                                            "ReduceSumSquare",
-                                                            "ReduceProd",
-                                                            "ReduceLogSumExp",
-                                                            "ArgMax",
-                                                            "ArgMin"};
+    static const std::unordered_set<std::string> bounded = {"Identity",    "Reshape",
+                                                            "Flatten",     "Squeeze",
+                                                            "Unsqueeze",   "Transpose",
+                                                            "Concat",      "Slice",
+                                                            "Split",       "Shape",
+                                                            "Size",        "Cast",
+                                                            "Relu",        "Sigmoid",
+                                                            "Tanh",        "Exp",
+                                                            "Log",         "Sqrt",
+                                                            "Erf",         "Reciprocal",
+                                                            "Floor",       "Ceil",
+                                                            "Sin",         "Cos",
+                                                            "Softplus",    "Softsign",
+                                                            "HardSigmoid", "HardSwish",
+                                                            "LeakyRelu",   "Elu",
+                                                            "Neg",         "Abs",
+                                                            "Sign",        "Not",
+                                                            "Clip",        "Softmax",
+                                                            "LogSoftmax",  "ReduceMean",
+                                                            "ReduceSum",   "ReduceMax",
+                                                            "ReduceMin",   "ReduceSumSquare",
+                                                            "ReduceProd",  "ReduceLogSumExp",
+                                                            "ArgMax",      "ArgMin"};
     constexpr int64_t kElem = 8;  // the widest element a kernel here writes
     int64_t numel = 0;
-    if (broadcast.count(n.op)) {
+    if (n.op == "Constant") {
+      for (const auto& [k, a] : n.attrs) numel += a.floats.size() + a.ints.size() + 1;
+    } else if (broadcast.count(n.op)) {
       Shape dims;  // per aligned axis, the largest extent among the inputs
       for (const Tensor* t : in) {
         if (!t) continue;
@@ -416,7 +395,7 @@ struct Loader {
     } else if (bounded.count(n.op)) {
       for (const Tensor* t : in)
         if (t) numel += t->numel();
-      numel += 64;  // Shape, Size, Constant: a few elements or the attribute's own tensor
+      numel += 64;  // Shape and Size: a few elements
     } else {
       return -1;
     }
@@ -470,7 +449,10 @@ struct Loader {
       if (!produced) continue;
       for (size_t o = 0; o < n.outputs.size(); ++o) {
         if (n.outputs[o] < 0) continue;
-        fold_budget -= static_cast<int64_t>(out[o].nbytes());
+        // Views of an input and a Constant's `value` take no new memory.
+        bool shared = n.has("value") && n.attrs.at("value").t.buf == out[o].buf;
+        for (const Tensor* t : in) shared = shared || (t && t->buf == out[o].buf);
+        if (!shared) fold_budget -= static_cast<int64_t>(out[o].nbytes());
         g.initializers[n.outputs[o]] = std::move(out[o]);
       }
       drop[i] = true;
