@@ -17,12 +17,15 @@ namespace power::onnx {
 
 namespace {
 
-// C[i, j0:j1] += sum_k A[i,k] * B[k, j0:j1] for rows [i0, i1). A, B, C row-major normal.
+// C[i, j0:j1] += sum_k A[i,k] * B[k, j0:j1] for rows [i0, i1). A, B, C row-major normal; with
+// brows, B's row k starts at brows[k].
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+                         int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                         const float* const* brows) {
+  auto brow = [&](int64_t k) { return brows ? brows[k] : B + k * ldb; };
   constexpr int64_t kTile = 256;
   constexpr int64_t kKTile = 256;
   for (int64_t jt = j0; jt < j1; jt += kTile) {
@@ -35,16 +38,13 @@ void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t
         int64_t k = kt;
         for (; k + 4 <= ke; k += 4) {
           float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
-          const float* b0 = B + k * ldb;
-          const float* b1 = b0 + ldb;
-          const float* b2 = b1 + ldb;
-          const float* b3 = b2 + ldb;
+          const float *b0 = brow(k), *b1 = brow(k + 1), *b2 = brow(k + 2), *b3 = brow(k + 3);
           for (int64_t j = jt; j < je; ++j)
             c[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
         }
         for (; k < ke; ++k) {
           float av = a[k];
-          const float* b = B + k * ldb;
+          const float* b = brow(k);
           for (int64_t j = jt; j < je; ++j) c[j] += av * b[j];
         }
       }
@@ -58,19 +58,19 @@ void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t
 // first).
 // With `ep` (TileEpilogue, sgemm_avx2.h), rows [i0, i1) of the block also get the bias and
 // fused steps: in the tiles where the ISA has them, else in a pass after the portable loop
-// (the same bits either way).
+// (the same bits either way). With `brows`, B's row k starts at brows[k] (gemm_block_avx2).
 void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool overwrite,
-                const TileEpilogue* ep = nullptr) {
+                const TileEpilogue* ep = nullptr, const float* const* brows = nullptr) {
 #if defined(POWER_ONNX_AVX2)
   if (cpu_isa() == CpuIsa::kAvx512)
-    return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep);
+    return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep, brows);
   if (cpu_isa() != CpuIsa::kScalar)
-    return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep);
+    return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep, brows);
 #endif
   if (overwrite)
     for (int64_t i = i0; i < i1; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
-  gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc);
+  gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, brows);
   if (ep)
     for (int64_t i = i0; i < i1; ++i)
       apply_epilogue(*ep->steps, ep->bias ? ep->bias + i : nullptr, ep->c + i, C + i * ldc + j0,
@@ -479,21 +479,46 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // convolutions over 96 channels took 144, and every fifth strip was half empty.
   // Small convolutions (MNIST's, Silero VAD's) run on the calling thread: waking the pool costs
   // more than it saves.
+  //
+  // Stride-1 convolutions do not copy im2col rows: with the input planes zero-padded once (when
+  // the convolution pads; Hp x Wp, Wp = W + pl + pr), row (c, i, j) of the product's B matrix is
+  // channel c's padded plane shifted by i * dh rows and j * dw columns, read in place
+  // (gemm_block's brows). The product then covers "wide" output rows of Wp columns, of which the
+  // first OW are the output; a chunk is whole output rows, its product goes to a per-thread block
+  // and its OW-column rows are copied out. Each output element is the same chain of fused
+  // multiply-adds over the same values as with im2col rows (the padding's zeros included), so
+  // the bits are the same; what goes is the copy of kh * kw shifted pieces per input row.
   const double work = static_cast<double>(g.N) * M * P * std::max<int64_t>(1, kk);
   ThreadPool* pool = ctx.pool && work >= kMinParallelWork ? ctx.pool : nullptr;
   const int threads = pool ? pool->size() : 1;
+  const int64_t Hp = g.H + g.pt + g.pb, Wp = g.W + g.pl + g.pr;
+  const bool indirect = !pointwise && !depthwise && g.sh == 1 && g.sw == 1 &&
+                        g.OH + (g.kh - 1) * g.dh == Hp && g.OW + (g.kw - 1) * g.dw == Wp;
+  const bool padded = g.pt != 0 || g.pb != 0 || g.pl != 0 || g.pr != 0;
   int64_t chunk = std::clamp<int64_t>((65536 / std::max<int64_t>(1, mg)) / 64 * 64, 64, 4096);
-  if (!pointwise)
+  if (!pointwise && !indirect)
     chunk =
         std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk) + 16) / 32 * 32));
-  const int64_t chunks = (P + chunk - 1) / chunk;
+  const int64_t chunk_rows = std::max<int64_t>(1, chunk / Wp);  // output rows per indirect chunk
+  const int64_t chunks = indirect ? (g.OH + chunk_rows - 1) / chunk_rows : (P + chunk - 1) / chunk;
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
   const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0 || P < 16;
-  Tensor col;  // im2col rows or depthwise scratch, every element written before it is read
+  Tensor col;    // im2col rows, wide output blocks or depthwise scratch, written before read
+  Tensor plane;  // the indirect path's zero-padded input planes of one group
+  std::vector<const float*> brows;  // per thread: the indirect path's kk row pointers
   if (!pointwise && !depthwise) {
-    POWER_ASSIGN_OR_RETURN(col, by_rows ? make_tensor_uninit(DType::kF32, {kk, P})
-                                        : make_tensor_uninit(DType::kF32, {threads, kk * chunk}));
+    if (by_rows) {
+      POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {kk, P}));
+    } else if (indirect) {
+      POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {threads, mg * chunk_rows * Wp}));
+      if (padded) {
+        POWER_ASSIGN_OR_RETURN(plane, make_tensor_uninit(DType::kF32, {cg, Hp * Wp}));
+      }
+      brows.resize(static_cast<size_t>(threads * kk));
+    } else {
+      POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {threads, kk * chunk}));
+    }
   }
   // Channel-parallel work (depthwise planes, im2col rows, chunks) goes to the pool when it has
   // threads.
@@ -565,6 +590,47 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       const TileEpilogue tile_ep{&epi, bg, gi * mg};
       const bool in_tiles = (bg || !epi.empty()) && tile_epilogue_supported(epi);
       const TileEpilogue* ep = in_tiles ? &tile_ep : nullptr;
+      if (indirect) {
+        const float* planes = xin;
+        if (padded) {
+          channels(cg, [&](size_t c0, size_t c1, int) {
+            for (size_t c = c0; c < c1; ++c) {
+              float* d = plane.mutable_data<float>() + static_cast<int64_t>(c) * Hp * Wp;
+              const float* src = xin + static_cast<int64_t>(c) * g.H * g.W;
+              std::fill(d, d + g.pt * Wp, 0.0f);
+              for (int64_t r = 0; r < g.H; ++r) {
+                float* dr = d + (g.pt + r) * Wp;
+                std::fill(dr, dr + g.pl, 0.0f);
+                std::copy(src + r * g.W, src + (r + 1) * g.W, dr + g.pl);
+                std::fill(dr + g.pl + g.W, dr + Wp, 0.0f);
+              }
+              std::fill(d + (g.pt + g.H) * Wp, d + Hp * Wp, 0.0f);
+            }
+          });
+          planes = plane.data<float>();
+        }
+        channels(chunks, [&](size_t c0, size_t c1, int thread) {
+          float* wide = col.mutable_data<float>() + thread * col.shape[1];
+          const float** rows = brows.data() + thread * kk;
+          for (size_t c = c0; c < c1; ++c) {
+            const int64_t oh0 = static_cast<int64_t>(c) * chunk_rows;
+            const int64_t oh1 = std::min(g.OH, oh0 + chunk_rows);
+            const int64_t len = (oh1 - 1 - oh0) * Wp + g.OW;  // wide columns [oh0 * Wp, +len)
+            for (int64_t ci = 0; ci < cg; ++ci)
+              for (int64_t i = 0; i < g.kh; ++i)
+                for (int64_t j = 0; j < g.kw; ++j)
+                  rows[(ci * g.kh + i) * g.kw + j] =
+                      planes + ci * Hp * Wp + (oh0 + i * g.dh) * Wp + j * g.dw;
+            gemm_block(0, mg, 0, len, kk, wg, kk, nullptr, 0, wide, len, true, ep, rows);
+            for (int64_t m = 0; m < mg; ++m)
+              for (int64_t r = 0; r < oh1 - oh0; ++r)
+                std::copy(wide + m * len + r * Wp, wide + m * len + r * Wp + g.OW,
+                          yout + m * P + (oh0 + r) * g.OW);
+            if (!in_tiles) finish(0, mg, oh0 * g.OW, (oh1 - oh0) * g.OW);
+          }
+        });
+        continue;
+      }
       channels(chunks, [&](size_t c0, size_t c1, int thread) {
         float* cb = pointwise ? nullptr : col.mutable_data<float>() + thread * kk * chunk;
         for (size_t c = c0; c < c1; ++c) {
@@ -763,6 +829,9 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
       row_in[oh] += ih >= 0 && ih < g.H;
       row_area[oh] += ih >= -g.pt && ih < g.H + g.pb;
     }
+  // Per kernel column j: the output columns [lo, hi) whose input column is inside the image.
+  std::vector<int64_t> tap_lo(g.kw), tap_hi(g.kw);
+  for (int64_t j = 0; j < g.kw; ++j) valid_columns(g, j * g.dw - g.pl, tap_lo[j], tap_hi[j]);
   for_ranges(threads, g.N * g.C, g.OH * g.OW * g.kh * g.kw, [&](int64_t p0, int64_t p1) {
     std::vector<double> acc(is_max ? 0 : static_cast<size_t>(g.OW));
     for (int64_t bc = p0; bc < p1; ++bc) {
@@ -780,8 +849,7 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
           const float* __restrict xr = xin + ih * g.W;
           for (int64_t j = 0; j < g.kw; ++j) {
             const int64_t off = j * g.dw - g.pl;  // input column = ow * sw + off
-            int64_t lo, hi;
-            valid_columns(g, off, lo, hi);
+            const int64_t lo = tap_lo[j], hi = tap_hi[j];
             if (is_max) {
               for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = std::max(yr[ow], xr[ow * g.sw + off]);
             } else {

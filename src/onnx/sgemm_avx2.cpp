@@ -101,7 +101,7 @@ void tile_rows(int64_t rows, int64_t k0, int64_t k1, const float* a, int64_t lda
 
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                     bool overwrite, const TileEpilogue* ep) {
+                     bool overwrite, const TileEpilogue* ep, const float* const* brows) {
   alignas(32) float strip[kPanel * kCols];
   for (int64_t kt = 0; kt < K; kt += kPanel) {
     const int64_t ke = std::min(K, kt + kPanel);
@@ -113,7 +113,7 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
       // ldb apart in B, often a multiple of 4 KiB (one L1 set); the row tiles read it in order.
       const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
       for (int64_t k = kt; k < ke; ++k) {
-        const float* bk = B + k * ldb + j;
+        const float* bk = (brows ? brows[k] : B + k * ldb) + j;
         _mm256_store_ps(strip + (k - kt) * kCols, _mm256_maskload_ps(bk, m0));
         _mm256_store_ps(strip + (k - kt) * kCols + 8, _mm256_maskload_ps(bk + 8, m1));
       }

@@ -24,17 +24,21 @@ bool tile_epilogue_supported(const std::vector<FusedStep>& steps);
 
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1] (= when `overwrite`: C's old values are not
 // read); row-major, leading dimensions given. K > 0. With `ep`, each stored tile gets the
-// bias and steps first (above).
+// bias and steps first (above). With `brows`, row k of B starts at brows[k] (B and ldb are not
+// used): a convolution's rows of shifted input planes, read in place instead of copied into an
+// im2col matrix. Columns j0..j1 of every row must be readable.
 // Only call when the CPU has AVX2 and FMA (kernels/cpu/isa.h cpu_isa() != kScalar).
 void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                     bool overwrite, const TileEpilogue* ep = nullptr);
+                     bool overwrite, const TileEpilogue* ep = nullptr,
+                     const float* const* brows = nullptr);
 
 // The same product with 512-bit registers (sgemm_avx512.cpp), the same bits. Only call when
 // cpu_isa() is kAvx512.
 void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       bool overwrite, const TileEpilogue* ep = nullptr);
+                       bool overwrite, const TileEpilogue* ep = nullptr,
+                       const float* const* brows = nullptr);
 
 // One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
 // zero-padded input plane xin[H, W], any strides and dilations. The plane is first copied into

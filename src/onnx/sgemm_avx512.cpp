@@ -82,7 +82,7 @@ constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFul
 
 void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       bool overwrite, const TileEpilogue* ep) {
+                       bool overwrite, const TileEpilogue* ep, const float* const* brows) {
   alignas(64) float strip[kPanel * kCols];
   const int64_t M = i1 - i0;
   // Short products (small K) are bound by C's loads and stores: rows of C often lie a multiple
@@ -98,7 +98,7 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
       const int64_t n = std::min(kCols, j1 - j);
       const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
       for (int64_t k = kt; k < ke; ++k) {
-        const float* bk = B + k * ldb + j;
+        const float* bk = (brows ? brows[k] : B + k * ldb) + j;
         _mm512_store_ps(strip + (k - kt) * kCols, _mm512_maskz_loadu_ps(m0, bk));
         _mm512_store_ps(strip + (k - kt) * kCols + 16, _mm512_maskz_loadu_ps(m1, bk + 16));
       }

@@ -529,6 +529,87 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
   }
 }
 
+// Dense and grouped Conv against a float64 reference. Stride-1 convolutions read their input
+// planes in place (zero-padded once) and compute wide output rows, whose first OW columns are
+// copied out; strided ones build im2col rows. The geometries cover both, with pads on any side
+// (also none, and asymmetric), dilations, non-square and 1-D kernels, groups, more output
+// channels than a 12-row register tile, rows across the 32-column strips, and outputs of several
+// chunks (whole output rows each); a two-thread run must give the one-thread bits.
+TEST(OnnxFuse, ConvMatchesFloat64Reference) {
+  struct Geo {
+    int64_t kh, kw, pt, pl, pb, pr, dil, stride, H, W, C, M, group;
+  };
+  const Geo geos[] = {
+      {5, 5, 2, 2, 2, 2, 1, 1, 28, 28, 1, 8, 1}, {5, 5, 2, 2, 2, 2, 1, 1, 14, 14, 8, 16, 1},
+      {3, 3, 1, 1, 1, 1, 1, 1, 9, 70, 6, 13, 1}, {3, 3, 0, 0, 0, 0, 1, 1, 7, 33, 5, 4, 1},
+      {3, 3, 0, 1, 2, 0, 1, 1, 6, 40, 4, 7, 1},  {3, 3, 2, 2, 2, 2, 2, 1, 10, 45, 3, 5, 1},
+      {1, 7, 0, 3, 0, 3, 1, 1, 5, 64, 4, 6, 1},  {3, 1, 1, 0, 1, 0, 1, 1, 12, 31, 4, 6, 1},
+      {3, 3, 1, 1, 1, 1, 1, 1, 8, 20, 8, 12, 2}, {3, 3, 1, 1, 1, 1, 1, 1, 200, 90, 4, 8, 1},
+      {3, 3, 1, 1, 1, 1, 1, 2, 17, 41, 5, 9, 1}, {5, 5, 2, 2, 2, 2, 1, 2, 20, 20, 3, 6, 1},
+      {1, 5, 0, 2, 0, 2, 1, 1, 1, 300, 6, 10, 1}};
+  for (const Geo& q : geos) {
+    SCOPED_TRACE(::testing::Message()
+                 << q.kh << "x" << q.kw << " pads " << q.pt << q.pl << q.pb << q.pr << " dil"
+                 << q.dil << " s" << q.stride << " " << q.H << "x" << q.W << " C" << q.C << " M"
+                 << q.M << " g" << q.group);
+    const int64_t cg = q.C / q.group, mg = q.M / q.group;
+    GraphBuilder b(13);
+    b.input("x", {1, q.C, q.H, q.W});
+    const auto w = random_floats(static_cast<size_t>(q.M * cg * q.kh * q.kw), -1, 1, 3);
+    const auto bias = random_floats(static_cast<size_t>(q.M), -1, 1, 4);
+    b.init("W", {q.M, cg, q.kh, q.kw}, w);
+    b.init("B", {q.M}, bias);
+    auto* n = b.node("Conv", {"x", "W", "B"}, "y");
+    GraphBuilder::attr_i(n, "group", q.group);
+    auto ints = [&](const char* name, std::vector<int64_t> v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t x : v) a->add_ints(x);
+    };
+    ints("pads", {q.pt, q.pl, q.pb, q.pr});
+    ints("dilations", {q.dil, q.dil});
+    ints("strides", {q.stride, q.stride});
+    b.output("y");
+    std::string bytes = b.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const auto xv = random_floats(static_cast<size_t>(q.C * q.H * q.W), -1, 1, 5);
+    const Tensor x = make_f32({1, q.C, q.H, q.W}, xv);
+    ThreadPool two(2);
+    auto out = (*m)->run({x});
+    auto out2 = (*m)->run({x}, &two);
+    ASSERT_TRUE(out.ok() && out2.ok());
+    const int64_t OH = (q.H + q.pt + q.pb - (q.kh - 1) * q.dil - 1) / q.stride + 1;
+    const int64_t OW = (q.W + q.pl + q.pr - (q.kw - 1) * q.dil - 1) / q.stride + 1;
+    ASSERT_EQ((*out)[0].shape, (Shape{1, q.M, OH, OW}));
+    ASSERT_EQ((*out2)[0].shape, (*out)[0].shape);
+    const float* y = (*out)[0].data<float>();
+    EXPECT_EQ(std::memcmp(y, (*out2)[0].data<float>(), (*out)[0].numel() * sizeof(float)), 0);
+    const int64_t taps = cg * q.kh * q.kw;
+    for (int64_t oc = 0; oc < q.M; ++oc) {
+      const int64_t gi = oc / mg;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double ref = bias[oc], mag = std::fabs(ref);
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < q.kh; ++i)
+              for (int64_t j = 0; j < q.kw; ++j) {
+                const int64_t ih = oh * q.stride - q.pt + i * q.dil;
+                const int64_t iw = ow * q.stride - q.pl + j * q.dil;
+                if (ih < 0 || ih >= q.H || iw < 0 || iw >= q.W) continue;
+                const double p = static_cast<double>(w[((oc * cg + c) * q.kh + i) * q.kw + j]) *
+                                 xv[((gi * cg + c) * q.H + ih) * q.W + iw];
+                ref += p;
+                mag += std::fabs(p);
+              }
+          ASSERT_NEAR(y[(oc * OH + oh) * OW + ow], ref, 2.0 * (taps + 1) * 0x1p-23 * mag)
+              << "oc" << oc << " (" << oh << "," << ow << ")";
+        }
+    }
+  }
+}
+
 // No input channels: the product has K = 0 and the output is the bias (then the epilogue);
 // no output channels: an empty output. Neither may divide by zero or read unwritten bytes.
 TEST(OnnxFuse, ConvWithoutChannelsIsBiasOrEmpty) {
