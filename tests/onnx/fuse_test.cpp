@@ -77,6 +77,13 @@ class GraphBuilder {
     a->set_type(::onnx::AttributeProto::INT);
     a->set_i(v);
   }
+  static void attr_ints(::onnx::NodeProto* n, const std::string& name,
+                        const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
   void output(const std::string& name) { g_->add_output()->set_name(name); }
   std::string bytes() const { return m_.SerializeAsString(); }
 
@@ -458,6 +465,27 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
 }
 #endif
 
+// x -> Conv(W, B) -> y with the given group, pads (top, left, bottom, right), dilation (both
+// axes) and strides.
+Result<std::shared_ptr<const Model>> conv_model(const Shape& x, const Shape& w_shape,
+                                                const std::vector<float>& w,
+                                                const std::vector<float>& bias, int64_t group,
+                                                const std::vector<int64_t>& pads, int64_t dil,
+                                                const std::vector<int64_t>& strides) {
+  GraphBuilder b(13);
+  b.input("x", x);
+  b.init("W", w_shape, w);
+  b.init("B", {w_shape[0]}, bias);
+  auto* n = b.node("Conv", {"x", "W", "B"}, "y");
+  GraphBuilder::attr_i(n, "group", group);
+  GraphBuilder::attr_ints(n, "pads", pads);
+  GraphBuilder::attr_ints(n, "dilations", {dil, dil});
+  GraphBuilder::attr_ints(n, "strides", strides);
+  b.output("y");
+  std::string bytes = b.bytes();
+  return Model::load_bytes(bytes.data(), bytes.size());
+}
+
 // Depthwise Conv (the AVX2 plane kernel when the CPU has it, else the portable one; run under
 // POWER_FORCE_ISA=scalar too) against a float64 reference, over kernel sizes, pads (also
 // asymmetric), dilations, strides 1-3 (the AVX2 kernel's phase split) and widths on both sides
@@ -479,27 +507,11 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
     SCOPED_TRACE(::testing::Message()
                  << "k" << q.k << " pad" << q.pad << " dil" << q.dil << " s" << q.stride_h << "x"
                  << q.stride_w << " " << q.H << "x" << q.W);
-    GraphBuilder b(13);
-    b.input("x", {1, C, q.H, q.W});
     const auto w = random_floats(static_cast<size_t>(C * q.k * q.k), -1, 1, 3);
     const auto bias = random_floats(C, -1, 1, 4);
-    b.init("W", {C, 1, q.k, q.k}, w);
-    b.init("B", {C}, bias);
-    auto* n = b.node("Conv", {"x", "W", "B"}, "y");
-    GraphBuilder::attr_i(n, "group", C);
-    auto ints = [&](const char* name, std::vector<int64_t> v) {
-      auto* a = n->add_attribute();
-      a->set_name(name);
-      a->set_type(::onnx::AttributeProto::INTS);
-      for (int64_t x : v) a->add_ints(x);
-    };
     const int64_t pe = q.pad_end < 0 ? q.pad : q.pad_end;
-    ints("pads", {q.pad, q.pad, pe, pe});
-    ints("dilations", {q.dil, q.dil});
-    ints("strides", {q.stride_h, q.stride_w});
-    b.output("y");
-    std::string bytes = b.bytes();
-    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    auto m = conv_model({1, C, q.H, q.W}, {C, 1, q.k, q.k}, w, bias, C, {q.pad, q.pad, pe, pe},
+                        q.dil, {q.stride_h, q.stride_w});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     const auto xv = random_floats(static_cast<size_t>(C * q.H * q.W), -1, 1, 5);
     auto out = (*m)->run({make_f32({1, C, q.H, q.W}, xv)});
@@ -553,26 +565,10 @@ TEST(OnnxFuse, ConvMatchesFloat64Reference) {
                  << q.dil << " s" << q.stride << " " << q.H << "x" << q.W << " C" << q.C << " M"
                  << q.M << " g" << q.group);
     const int64_t cg = q.C / q.group, mg = q.M / q.group;
-    GraphBuilder b(13);
-    b.input("x", {1, q.C, q.H, q.W});
     const auto w = random_floats(static_cast<size_t>(q.M * cg * q.kh * q.kw), -1, 1, 3);
     const auto bias = random_floats(static_cast<size_t>(q.M), -1, 1, 4);
-    b.init("W", {q.M, cg, q.kh, q.kw}, w);
-    b.init("B", {q.M}, bias);
-    auto* n = b.node("Conv", {"x", "W", "B"}, "y");
-    GraphBuilder::attr_i(n, "group", q.group);
-    auto ints = [&](const char* name, std::vector<int64_t> v) {
-      auto* a = n->add_attribute();
-      a->set_name(name);
-      a->set_type(::onnx::AttributeProto::INTS);
-      for (int64_t x : v) a->add_ints(x);
-    };
-    ints("pads", {q.pt, q.pl, q.pb, q.pr});
-    ints("dilations", {q.dil, q.dil});
-    ints("strides", {q.stride, q.stride});
-    b.output("y");
-    std::string bytes = b.bytes();
-    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    auto m = conv_model({1, q.C, q.H, q.W}, {q.M, cg, q.kh, q.kw}, w, bias, q.group,
+                        {q.pt, q.pl, q.pb, q.pr}, q.dil, {q.stride, q.stride});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     const auto xv = random_floats(static_cast<size_t>(q.C * q.H * q.W), -1, 1, 5);
     const Tensor x = make_f32({1, q.C, q.H, q.W}, xv);
