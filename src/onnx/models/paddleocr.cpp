@@ -9,13 +9,11 @@
 namespace power::onnx {
 namespace {
 
-// Bilinear resize of an RGB image with pixel-center alignment (as OpenCV's INTER_LINEAR).
-Image resize_bilinear(const Image& src, int w, int h) {
-  Image dst;
-  dst.width = w;
-  dst.height = h;
-  dst.channels = src.channels;
-  dst.data.resize(static_cast<size_t>(w) * h * src.channels);
+// Bilinear resize with pixel-center alignment (as OpenCV's INTER_LINEAR): put(y, x, c, v) for
+// each output sample, v rounded to a byte. The callers write where the samples are needed (the
+// models' normalized input tensors) instead of into an intermediate image.
+template <class Put>
+void resize_bilinear_each(const Image& src, int w, int h, Put&& put) {
   const double sx = static_cast<double>(src.width) / w, sy = static_cast<double>(src.height) / h;
   for (int y = 0; y < h; ++y) {
     double fy = (y + 0.5) * sy - 0.5;
@@ -34,16 +32,22 @@ Image resize_bilinear(const Image& src, int w, int h) {
         };
         double v = (1 - wy) * ((1 - wx) * at(ya, xa) + wx * at(ya, xb)) +
                    wy * ((1 - wx) * at(yb, xa) + wx * at(yb, xb));
-        dst.data[(static_cast<size_t>(y) * w + x) * src.channels + c] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+        put(y, x, c, static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L)));
       }
     }
   }
-  return dst;
+}
+
+// put(y, x, c, v) for each sample of the image as it is.
+template <class Put>
+void each_sample(const Image& src, Put&& put) {
+  for (int y = 0; y < src.height; ++y)
+    for (int x = 0; x < src.width; ++x)
+      for (int c = 0; c < src.channels; ++c)
+        put(y, x, c, src.data[(static_cast<size_t>(y) * src.width + x) * src.channels + c]);
 }
 
 Image to_rgb(const Image& img) {
-  if (img.channels == 3) return img;
   Image out;
   out.width = img.width;
   out.height = img.height;
@@ -52,6 +56,13 @@ Image to_rgb(const Image& img) {
   for (size_t i = 0; i < img.data.size(); ++i)
     out.data[i * 3] = out.data[i * 3 + 1] = out.data[i * 3 + 2] = img.data[i];
   return out;
+}
+
+// The image itself when it is RGB, else its RGB copy made in `storage`.
+const Image& as_rgb(const Image& img, Image& storage) {
+  if (img.channels == 3) return img;
+  storage = to_rgb(img);
+  return storage;
 }
 
 using Pt = std::array<double, 2>;
@@ -165,9 +176,12 @@ Image crop_quad(const Image& img, const std::array<Pt, 4>& q) {
   double h = std::max(std::hypot(q[0][0] - q[3][0], q[0][1] - q[3][1]),
                       std::hypot(q[1][0] - q[2][0], q[1][1] - q[2][1]));
   int cw = std::max(1, static_cast<int>(w)), ch = std::max(1, static_cast<int>(h));
+  // A tall crop is turned 90 degrees counter-clockwise as it is sampled: crop pixel (y, x)
+  // lands at row cw - 1 - x, column y.
+  const bool turn = ch >= 1.5 * cw;
   Image out;
-  out.width = cw;
-  out.height = ch;
+  out.width = turn ? ch : cw;
+  out.height = turn ? cw : ch;
   out.channels = 3;
   out.data.resize(static_cast<size_t>(cw) * ch * 3);
   // Affine map from crop (x, y) to image: tl + x * (tr - tl) / cw + y * (bl - tl) / ch.
@@ -178,6 +192,8 @@ Image crop_quad(const Image& img, const std::array<Pt, 4>& q) {
       double sx = q[0][0] + x * ex[0] + y * ey[0], sy = q[0][1] + x * ex[1] + y * ey[1];
       int x0 = static_cast<int>(std::floor(sx)), y0 = static_cast<int>(std::floor(sy));
       double fx = sx - x0, fy = sy - y0;
+      const size_t at_out =
+          turn ? static_cast<size_t>(cw - 1 - x) * ch + y : static_cast<size_t>(y) * cw + x;
       for (int c = 0; c < 3; ++c) {
         auto at = [&](int yy, int xx) {
           yy = std::clamp(yy, 0, img.height - 1);
@@ -186,23 +202,9 @@ Image crop_quad(const Image& img, const std::array<Pt, 4>& q) {
         };
         double v = (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x0 + 1)) +
                    fy * ((1 - fx) * at(y0 + 1, x0) + fx * at(y0 + 1, x0 + 1));
-        out.data[(static_cast<size_t>(y) * cw + x) * 3 + c] =
-            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+        out.data[at_out * 3 + c] = static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
       }
     }
-  if (ch >= 1.5 * cw) {  // rotate 90 degrees counter-clockwise
-    Image r;
-    r.width = ch;
-    r.height = cw;
-    r.channels = 3;
-    r.data.resize(out.data.size());
-    for (int y = 0; y < ch; ++y)
-      for (int x = 0; x < cw; ++x)
-        for (int c = 0; c < 3; ++c)
-          r.data[(static_cast<size_t>(cw - 1 - x) * ch + y) * 3 + c] =
-              out.data[(static_cast<size_t>(y) * cw + x) * 3 + c];
-    return r;
-  }
   return out;
 }
 
@@ -253,19 +255,32 @@ Result<PaddleOcr> PaddleOcr::load(const std::string& det_path, const std::string
   return ocr;
 }
 
+namespace {
+
+// The recognizer's input value of byte v (RGB channel k goes to BGR plane 2 - k).
+float rec_value(uint8_t v) {
+  const float f = v / 255.0f;
+  return (f - 0.5f) / 0.5f;
+}
+
+}  // namespace
+
 Result<OcrLine> PaddleOcr::recognize_h48(const Image& img, ThreadPool* pool) const {
   if (img.height != 48 || img.channels != 3) {
     return make_error(StatusCode::kInvalidArgument, "recognizer input must be RGB, 48 px high");
   }
-  int W = img.width;
-  std::vector<float> x(static_cast<size_t>(3) * 48 * W);
-  for (int y = 0; y < 48; ++y)
-    for (int i = 0; i < W; ++i)
-      for (int c = 0; c < 3; ++c) {  // BGR planes
-        float v = img.data[(static_cast<size_t>(y) * W + i) * 3 + (2 - c)] / 255.0f;
-        x[(static_cast<size_t>(c) * 48 + y) * W + i] = (v - 0.5f) / 0.5f;
-      }
-  POWER_ASSIGN_OR_RETURN(auto out, rec_->run({make_f32({1, 3, 48, W}, x)}, pool));
+  const int W = img.width;
+  POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, 48, W}));
+  float* px = x.mutable_data<float>();
+  each_sample(img, [&](int y, int i, int k, uint8_t v) {
+    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = rec_value(v);
+  });
+  return recognize_input(x, pool);
+}
+
+Result<OcrLine> PaddleOcr::recognize_input(const Tensor& x, ThreadPool* pool) const {
+  const int64_t W = x.shape[3];
+  POWER_ASSIGN_OR_RETURN(auto out, rec_->run({x}, pool));
   const Tensor& p = out[0];
   if (p.dtype != DType::kF32 || p.rank() != 3 || p.shape[0] != 1) {
     return make_error(StatusCode::kInvalidArgument, "recognizer output has shape {}",
@@ -297,33 +312,36 @@ Result<OcrLine> PaddleOcr::recognize_h48(const Image& img, ThreadPool* pool) con
 }
 
 Result<OcrLine> PaddleOcr::recognize(const Image& src, ThreadPool* pool) const {
-  Image img = to_rgb(src);
+  Image storage;
+  const Image& img = as_rgb(src, storage);
   if (img.width <= 0 || img.height <= 0)
     return make_error(StatusCode::kInvalidArgument, "empty image");
   // PaddleOCR's resize_norm_img: height 48, width by aspect ratio; short lines are padded
-  // (with the normalized value 0, i.e. mid gray) to 320.
+  // (with the normalized value of 128, i.e. mid gray) to 320. The resized samples go straight
+  // into the recognizer's input.
   int w = static_cast<int>(std::ceil(48.0 * img.width / img.height));
   w = std::clamp(w, 1, 48 * 64);
-  Image r = resize_bilinear(img, w, 48);
-  if (w < 320) {
-    Image padded;
-    padded.width = 320;
-    padded.height = 48;
-    padded.channels = 3;
-    padded.data.assign(static_cast<size_t>(320) * 48 * 3, 128);
-    for (int y = 0; y < 48; ++y)
-      std::copy(r.data.begin() + static_cast<size_t>(y) * w * 3,
-                r.data.begin() + static_cast<size_t>(y + 1) * w * 3,
-                padded.data.begin() + static_cast<size_t>(y) * 320 * 3);
-    r = std::move(padded);
+  const int W = std::max(w, 320);
+  POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, 48, W}));
+  float* px = x.mutable_data<float>();
+  if (w < W) {
+    const float pad = rec_value(128);
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 48; ++y)
+        std::fill(px + (static_cast<size_t>(c) * 48 + y) * W + w,
+                  px + (static_cast<size_t>(c) * 48 + y + 1) * W, pad);
   }
-  return recognize_h48(r, pool);
+  resize_bilinear_each(img, w, 48, [&](int y, int i, int k, uint8_t v) {
+    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = rec_value(v);
+  });
+  return recognize_input(x, pool);
 }
 
 Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOptions& opt,
                                                ThreadPool* pool) const {
   if (!det_) return make_error(StatusCode::kInvalidArgument, "no detection model loaded");
-  Image img = to_rgb(src);
+  Image storage;
+  const Image& img = as_rgb(src, storage);
   int H = img.height, W = img.width;
   if (H <= 0 || W <= 0) return make_error(StatusCode::kInvalidArgument, "empty image");
   double ratio = std::max(H, W) > opt.det_limit_side
@@ -331,16 +349,22 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
                      : 1.0;
   int rh = std::max(static_cast<int>(std::lround(H * ratio / 32.0)) * 32, 32);
   int rw = std::max(static_cast<int>(std::lround(W * ratio / 32.0)) * 32, 32);
-  Image r = (rh == H && rw == W) ? img : resize_bilinear(img, rw, rh);
+  // The (resized) samples go straight into the detector's input: BGR planes, mean/std in that
+  // order (as PaddleOCR); RGB channel k is plane 2 - k.
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-  std::vector<float> x(static_cast<size_t>(3) * rh * rw);
-  for (int y = 0; y < rh; ++y)
-    for (int i = 0; i < rw; ++i)
-      for (int c = 0; c < 3; ++c) {  // BGR planes, mean/std in that order (as PaddleOCR)
-        float v = r.data[(static_cast<size_t>(y) * rw + i) * 3 + (2 - c)] / 255.0f;
-        x[(static_cast<size_t>(c) * rh + y) * rw + i] = (v - mean[c]) / stdv[c];
-      }
-  POWER_ASSIGN_OR_RETURN(auto out, det_->run({make_f32({1, 3, rh, rw}, x)}, pool));
+  POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, rh, rw}));
+  float* px = x.mutable_data<float>();
+  auto put = [&](int y, int i, int k, uint8_t byte) {
+    const int c = 2 - k;
+    const float v = byte / 255.0f;
+    px[(static_cast<size_t>(c) * rh + y) * rw + i] = (v - mean[c]) / stdv[c];
+  };
+  if (rh == H && rw == W) {
+    each_sample(img, put);
+  } else {
+    resize_bilinear_each(img, rw, rh, put);
+  }
+  POWER_ASSIGN_OR_RETURN(auto out, det_->run({x}, pool));
   const Tensor& p = out[0];
   if (p.dtype != DType::kF32 || p.rank() != 4 || p.shape[0] != 1 || p.shape[1] != 1) {
     return make_error(StatusCode::kInvalidArgument, "detector output has shape {}",
@@ -437,7 +461,11 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
 
 Result<std::vector<OcrLine>> PaddleOcr::run(const Image& src, const OcrOptions& opt,
                                             ThreadPool* pool) const {
-  Image img = to_rgb(src);
+  // Between the stages nothing is copied but the crops: the detector's input is written from
+  // the image, its probability map is read where the graph left it, and each crop is resized
+  // straight into the recognizer's input.
+  Image storage;
+  const Image& img = as_rgb(src, storage);
   POWER_ASSIGN_OR_RETURN(auto boxes, detect(img, opt, pool));
   std::vector<OcrLine> out;
   for (const auto& b : boxes) {

@@ -55,6 +55,9 @@ class PaddleOcr {
   const Model& rec_model() const { return *rec_; }
 
  private:
+  // Runs the recognizer on its input [1, 3, 48, W] and decodes the classes (greedy CTC).
+  Result<OcrLine> recognize_input(const Tensor& x, ThreadPool* pool) const;
+
   std::shared_ptr<const Model> det_;
   std::shared_ptr<const Model> rec_;
   std::vector<std::string> keys_;  // index 1.. of the classifier; the last class is ' '
