@@ -202,6 +202,7 @@ Status op_concat(const Node& n, const Ins& in, Outs& out, OpContext&) {
   int64_t off = 0;
   for (const Tensor* t : in) {
     int64_t chunk = t->shape[axis] * inner;
+    if (chunk == 0) continue;  // an empty input has no bytes (and may have no buffer)
     for (int64_t o = 0; o < outer; ++o)
       std::memcpy(out[0].buf->data() + (o * row + off) * es, t->buf->data() + o * chunk * es,
                   chunk * es);
@@ -339,6 +340,7 @@ Status op_split(const Node& n, const Ins& in, Outs& out, OpContext&) {
     s[axis] = split[i];
     POWER_ASSIGN_OR_RETURN(out[i], make_tensor(x.dtype, s));
     int64_t chunk = split[i] * inner;
+    if (chunk == 0) continue;  // an empty output has no bytes (and may have no buffer)
     for (int64_t o = 0; o < outer; ++o)
       std::memcpy(out[i].buf->data() + o * chunk * es, x.buf->data() + (o * dim * inner + off) * es,
                   chunk * es);
