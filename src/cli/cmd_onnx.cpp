@@ -189,7 +189,7 @@ void add_inspect(CLI::App& onnx) {
     for (const auto& [op, n] : mm.op_counts()) std::printf("  %-22s %d\n", op.c_str(), n);
     const auto fused = mm.fused_counts();
     if (!fused.empty()) {
-      std::printf("fused into Conv:");
+      std::printf("fused into Conv/ConvTranspose:");
       for (const auto& [op, n] : fused) std::printf(" %s %d", op.c_str(), n);
       std::printf("\n");
     }

@@ -279,13 +279,18 @@ struct Loader {
       for (int id : n.captures) pinned[id] = true;
     std::vector<bool> drop(g.nodes.size(), false);
     for (auto& conv : g.nodes) {
-      if (conv.op != "Conv" || conv.outputs.size() != 1 || conv.outputs[0] < 0) continue;
+      if ((conv.op != "Conv" && conv.op != "ConvTranspose") || conv.outputs.size() != 1 ||
+          conv.outputs[0] < 0)
+        continue;
       const int y = conv.outputs[0];
       if (pinned[y]) continue;
-      // Output channels from a constant 2-D kernel (rank-4 output, where [C,1,1] is per channel).
+      // Output channels from a constant 2-D kernel (rank-4 output, where [C,1,1] is per channel):
+      // Conv's W is [M, C/group, kh, kw], ConvTranspose's [C, M/group, kh, kw].
       const Tensor* w =
           conv.inputs.size() > 1 ? constant_value(g, producer, conv.inputs[1]) : nullptr;
-      const int64_t channels = w && w->rank() == 4 ? w->shape[0] : 0;
+      int64_t channels = 0;
+      if (w && w->rank() == 4)
+        channels = conv.op == "Conv" ? w->shape[0] : w->shape[1] * conv.attr_i("group", 1);
       // steps[0] saves y, the chain's first operand register; a value read by several later
       // nodes of the chain gets its own save step. `saved` is the value in the register and
       // saved_reads its reads by the chain so far.
@@ -503,12 +508,22 @@ struct Loader {
       const int pi = producer[bn.inputs[0]];
       if (pi < 0 || drop[pi]) continue;
       Node& conv = g.nodes[pi];
-      if (conv.op != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2) continue;
+      const bool transpose = conv.op == "ConvTranspose";
+      if ((conv.op != "Conv" && !transpose) || conv.outputs.size() != 1 || conv.inputs.size() < 2)
+        continue;
       const Tensor* wp = constant(conv.inputs[1]);
       if (!wp || wp->dtype != DType::kF32 || wp->rank() < 3 || !wp->buf) continue;
       const Tensor& w = *wp;
-      const int64_t m = w.shape[0];
-      const int64_t per = w.numel() / m;
+      // Output channel c's weights: Conv's W[c] ([M, C/group, ...]); ConvTranspose's W is
+      // [C, M/group, ...], and W[ci, j] feeds output channel (ci / (C/group)) * (M/group) + j.
+      const int64_t group = transpose ? conv.attr_i("group", 1) : 1;
+      if (group <= 0 || w.shape[0] % group != 0) continue;
+      const int64_t m = transpose ? w.shape[1] * group : w.shape[0];
+      const int64_t per = transpose ? w.numel() / (w.shape[0] * w.shape[1]) : w.numel() / m;
+      const int64_t in_per_group = w.shape[0] / group;
+      auto channel_of = [&](int64_t row) {  // output channel of W's row (Conv) or [ci, j] pair
+        return transpose ? (row / w.shape[1]) / in_per_group * w.shape[1] + row % w.shape[1] : row;
+      };
       const Tensor* bias = conv.inputs.size() > 2 ? f32_init(conv.inputs[2], m) : nullptr;
       if (conv.inputs.size() > 2 && conv.inputs[2] >= 0 && !bias) continue;
       const Tensor* scale = f32_init(bn.inputs[1], m);
@@ -517,12 +532,15 @@ struct Loader {
       const Tensor* var = f32_init(bn.inputs[4], m);
       if (!scale || !beta || !mean || !var) continue;
       const float eps = bn.attr_f("epsilon", 1e-5f);
-      std::vector<float> nw(static_cast<size_t>(w.numel())), nb(static_cast<size_t>(m));
+      std::vector<float> nw(static_cast<size_t>(w.numel())), nb(static_cast<size_t>(m)), sc(nb);
       for (int64_t c = 0; c < m; ++c) {
-        const float sc = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
-        for (int64_t k = 0; k < per; ++k) nw[c * per + k] = w.data<float>()[c * per + k] * sc;
+        sc[c] = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
         const float b0 = bias ? bias->data<float>()[c] : 0.0f;
-        nb[c] = (b0 - mean->data<float>()[c]) * sc + beta->data<float>()[c];
+        nb[c] = (b0 - mean->data<float>()[c]) * sc[c] + beta->data<float>()[c];
+      }
+      for (int64_t row = 0; row < w.numel() / per; ++row) {
+        const float f = sc[channel_of(row)];
+        for (int64_t k = 0; k < per; ++k) nw[row * per + k] = w.data<float>()[row * per + k] * f;
       }
       const Shape wshape = w.shape;
       const int wid = define(g, g.names[bn.outputs[0]] + "/folded_W");

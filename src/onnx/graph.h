@@ -82,8 +82,8 @@ struct Node {
   std::map<std::string, Attr> attrs;
   int opset = 0;
   const OpDef* def = nullptr;  // the kernel (ops.h); null for If, which the interpreter runs
-  // Elementwise nodes fused into this one's output (Conv only), applied in order; fused_ops
-  // names them for inspection.
+  // Elementwise nodes fused into this one's output (Conv, ConvTranspose), applied in order;
+  // fused_ops names them for inspection.
   std::vector<FusedStep> epilogue;
   std::vector<std::string> fused_ops;
 

@@ -744,13 +744,18 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
           }
     }
   }
+  // The bias, then the fused elementwise steps (the separate nodes' bits), per output plane.
+  const float* bias = nullptr;
   if (in.size() > 2 && in[2]) {
     if (in[2]->numel() != M || in[2]->dtype != DType::kF32)
       return op_error(n, "bias length differs from output channels");
+    bias = in[2]->data<float>();
+  }
+  if (bias || !n.epilogue.empty()) {
     for (int64_t b = 0; b < N; ++b)
       for (int64_t m = 0; m < M; ++m)
-        for (int64_t p = 0; p < OH * OW; ++p)
-          py[(b * M + m) * OH * OW + p] += in[2]->data<float>()[m];
+        apply_epilogue(n.epilogue, bias ? bias + m : nullptr, m, py + (b * M + m) * OH * OW,
+                       OH * OW);
   }
   return Status();
 }

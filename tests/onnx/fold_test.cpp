@@ -104,6 +104,74 @@ TEST(OnnxFold, ConvThenBatchNormBecomesOneConv) {
   }
 }
 
+// x [1,4,1,2] -> ConvTranspose (group 2: W [4, 2, 1, 2], so input channels 0-1 feed output
+// channels 0-1 and 2-3 feed 2-3; kernel 1x2 at stride 2, bias b) -> BN (4 channels) -> Relu ->
+// y [1,4,1,4]. The BN folds into the ConvTranspose's weights and bias, then the Relu becomes
+// its epilogue.
+TEST(OnnxFold, ConvTransposeThenBatchNormAndReluBecomeOneNode) {
+  ::onnx::ModelProto m = model_with_input({1, 4, 1, 2});
+  auto* g = m.mutable_graph();
+  const std::vector<float> W = {1.0f,  2.0f, -1.0f, 0.5f,  0.25f, -2.0f, 3.0f,  1.5f,
+                                -0.5f, 1.0f, 2.0f,  -3.0f, 0.75f, 0.5f,  -1.0f, 2.5f};
+  const std::vector<float> b = {0.25f, -1.0f, 0.5f, 2.0f}, scale = {2.0f, 0.5f, -1.0f, 1.5f},
+                           beta = {0.1f, -0.2f, 0.3f, -0.4f}, mean = {1.0f, -3.0f, 0.5f, 0.0f},
+                           var = {4.0f, 0.25f, 1.0f, 2.0f};
+  add_init(g, "W", {4, 2, 1, 2}, W);
+  add_init(g, "b", {4}, b);
+  add_init(g, "scale", {4}, scale);
+  add_init(g, "beta", {4}, beta);
+  add_init(g, "mean", {4}, mean);
+  add_init(g, "var", {4}, var);
+  auto* c = g->add_node();
+  c->set_op_type("ConvTranspose");
+  c->set_name("deconv");
+  for (const char* s : {"x", "W", "b"}) c->add_input(s);
+  c->add_output("c");
+  auto* gr = c->add_attribute();
+  gr->set_name("group");
+  gr->set_type(::onnx::AttributeProto::INT);
+  gr->set_i(2);
+  auto* st = c->add_attribute();
+  st->set_name("strides");
+  st->set_type(::onnx::AttributeProto::INTS);
+  st->add_ints(1);
+  st->add_ints(2);
+  auto* bn = g->add_node();
+  bn->set_op_type("BatchNormalization");
+  bn->set_name("bn");
+  for (const char* s : {"c", "scale", "beta", "mean", "var"}) bn->add_input(s);
+  bn->add_output("n");
+  auto* relu = g->add_node();
+  relu->set_op_type("Relu");
+  relu->set_name("relu");
+  relu->add_input("n");
+  relu->add_output("y");
+  g->add_output()->set_name("y");
+  std::string bytes = m.SerializeAsString();
+  auto model = Model::load_bytes(bytes.data(), bytes.size());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto ops = (*model)->op_counts();
+  EXPECT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops["ConvTranspose"], 1);
+  EXPECT_EQ((*model)->fused_counts()["Relu"], 1);
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 3.0f, 0.0f, -0.5f, 1.5f, -2.0f};
+  auto out = (*model)->run({make_f32({1, 4, 1, 2}, x)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ((*out)[0].shape, (Shape{1, 4, 1, 4}));
+  // Output channel o = 2 * grp + j, column 2 * iw + kx: the group's two input channels ci times
+  // W[ci][j][0][kx], plus b[o]; then BN (epsilon 1e-5) and Relu.
+  for (int o = 0; o < 4; ++o)
+    for (int col = 0; col < 4; ++col) {
+      const int grp = o / 2, j = o % 2, iw = col / 2, kx = col % 2;
+      double v = b[o];
+      for (int ci = 2 * grp; ci < 2 * grp + 2; ++ci) v += x[ci * 2 + iw] * W[(ci * 2 + j) * 2 + kx];
+      v = (v - mean[o]) / std::sqrt(var[o] + 1e-5) * scale[o] + beta[o];
+      const double want = std::max(v, 0.0);
+      EXPECT_NEAR((*out)[0].data<float>()[o * 4 + col], want, 1e-5 * (1 + std::fabs(want)))
+          << "channel " << o << " column " << col;
+    }
+}
+
 void add_i64(::onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& v) {
   auto* t = g->add_initializer();
   t->set_name(name);

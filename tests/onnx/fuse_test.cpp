@@ -606,6 +606,37 @@ TEST(OnnxFuse, ConvMatchesFloat64Reference) {
   }
 }
 
+// ConvTranspose takes an elementwise chain too (the OCR detector's head: ConvTranspose, a
+// folded BatchNormalization, Relu): the bias and the steps go on each output plane after the
+// scatter, with the separate nodes' bits. Here a per-channel Mul, a scalar Add and a Sigmoid
+// (group 2, 2x2 kernel at stride 2, pads), one and two threads.
+TEST(OnnxFuse, ConvTransposeTakesTheChainAfterIt) {
+  GraphBuilder b(13);
+  b.input("x", {1, 4, 5, 7});
+  b.init("W", {4, 3, 2, 2}, random_floats(48, -1, 1, 11));
+  b.init("B", {6}, random_floats(6, -1, 1, 12));
+  b.init("s", {6, 1, 1}, random_floats(6, 0.5f, 2.0f, 13));
+  b.init("k", {}, {0.25f});
+  auto* n = b.node("ConvTranspose", {"x", "W", "B"}, "y");
+  GraphBuilder::attr_i(n, "group", 2);
+  GraphBuilder::attr_ints(n, "strides", {2, 2});
+  GraphBuilder::attr_ints(n, "pads", {1, 0, 0, 1});
+  b.node("Mul", {"y", "s"}, "m");
+  b.node("Add", {"m", "k"}, "a");
+  b.node("Sigmoid", {"a"}, "out");
+  b.output("out");
+  const Loaded l = load_both(b.bytes());
+  ASSERT_TRUE(l.fused && l.plain);
+  auto ops = l.fused->op_counts();
+  EXPECT_EQ(ops.size(), 1u) << "only the ConvTranspose is left";
+  auto fused = l.fused->fused_counts();
+  EXPECT_EQ(fused["Mul"], 1);
+  EXPECT_EQ(fused["Add"], 1);
+  EXPECT_EQ(fused["Sigmoid"], 1);
+  EXPECT_EQ(l.plain->op_counts()["Sigmoid"], 1);
+  expect_same_bits(l, input(4));
+}
+
 // No input channels: the product has K = 0 and the output is the bias (then the epilogue);
 // no output channels: an empty output. Neither may divide by zero or read unwritten bytes.
 TEST(OnnxFuse, ConvWithoutChannelsIsBiasOrEmpty) {
