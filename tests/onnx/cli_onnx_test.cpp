@@ -78,7 +78,8 @@ TEST(CliOnnx, InspectShowsFusedNodes) {
   EXPECT_EQ(p["plan"]["peak_bytes"], 2 * 8 * 28 * 28 * 4);
   EXPECT_EQ(f["plan"]["peak_bytes"], 8 * 28 * 28 * 4 + 8 * 14 * 14 * 4);
   auto text = run_power({"onnx", "inspect", model});
-  EXPECT_NE(text.out.find("fused into Conv/ConvTranspose: Add 2 Relu 2"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("fused into Conv/ConvTranspose: Add 2 Relu 2"), std::string::npos)
+      << text.out;
 }
 
 TEST(CliOnnx, BadInputsAreCleanErrors) {
