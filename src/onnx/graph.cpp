@@ -183,8 +183,39 @@ struct Loader {
   // `saved`; saved_reads counts n's input slots that read `saved`. False when n is not an
   // elementwise node of that chain with operands the fused kernel reproduces exactly.
   // channels: the Conv's output channel count (0 when unknown), for per-channel operands.
+  // An inference BatchNormalization is two steps, x * scale then + shift per channel, with the
+  // scale and shift its kernel computes (op_batch_norm: the same float expressions, so the same
+  // bits); the second goes to *then (kind kSave when there is none).
   static bool chain_step(const Graph& g, const std::vector<int>& producer, const Node& n, int cur,
-                         int saved, int64_t channels, FusedStep& st, int& saved_reads) {
+                         int saved, int64_t channels, FusedStep& st, int& saved_reads,
+                         FusedStep* then) {
+    then->kind = FusedStep::kSave;
+    if (n.op == "BatchNormalization") {
+      if (n.inputs.size() != 5 || n.inputs[0] != cur || n.inputs[0] == saved || channels <= 1 ||
+          n.attr_i("training_mode", 0) != 0 || !n.captures.empty() || n.outputs.empty() ||
+          n.outputs[0] < 0)
+        return false;
+      for (size_t o = 1; o < n.outputs.size(); ++o)
+        if (n.outputs[o] >= 0) return false;
+      const float* p[4];
+      for (int k = 0; k < 4; ++k) {
+        const Tensor* t = constant_value(g, producer, n.inputs[k + 1]);
+        if (!t || t->dtype != DType::kF32 || t->numel() != channels || !t->buf) return false;
+        p[k] = t->data<float>();
+      }
+      const float eps = n.attr_f("epsilon", 1e-5f);
+      st = FusedStep{FusedStep::kMul, 0, 0};
+      *then = FusedStep{FusedStep::kAdd, 0, 0};
+      st.channel.resize(static_cast<size_t>(channels));
+      then->channel.resize(static_cast<size_t>(channels));
+      for (int64_t c = 0; c < channels; ++c) {
+        const float sc = p[0][c] / std::sqrt(p[3][c] + eps);
+        st.channel[c] = sc;
+        then->channel[c] = p[1][c] - p[2][c] * sc;
+      }
+      saved_reads = 0;
+      return true;
+    }
     if (n.outputs.size() != 1 || n.outputs[0] < 0 || !n.captures.empty()) return false;
     saved_reads = 0;
     for (int id : n.inputs) saved_reads += id == saved;
@@ -316,11 +347,13 @@ struct Loader {
             next = r;
             break;
           }
-        FusedStep st;
+        FusedStep st, then;
         int reads = 0;
-        if (next < 0 || !chain_step(g, producer, g.nodes[next], cur, saved, channels, st, reads))
+        if (next < 0 ||
+            !chain_step(g, producer, g.nodes[next], cur, saved, channels, st, reads, &then))
           break;
         steps.push_back(st);
+        if (then.kind != FusedStep::kSave) steps.push_back(then);
         chain.push_back(next);
         saved_reads += reads;
         if (saved == y && st.kind >= FusedStep::kAddS && st.kind <= FusedStep::kRDivS)

@@ -608,8 +608,9 @@ TEST(OnnxFuse, ConvMatchesFloat64Reference) {
 
 // ConvTranspose takes an elementwise chain too (the OCR detector's head: ConvTranspose, a
 // folded BatchNormalization, Relu): the bias and the steps go on each output plane after the
-// scatter, with the separate nodes' bits. Here a per-channel Mul, a scalar Add and a Sigmoid
-// (group 2, 2x2 kernel at stride 2, pads), one and two threads.
+// scatter, with the separate nodes' bits. Here a per-channel Mul, a scalar Add, a
+// BatchNormalization (which cannot fold into the weights after the Add: it becomes two
+// per-channel steps) and a Sigmoid (group 2, 2x2 kernel at stride 2, pads), one and two threads.
 TEST(OnnxFuse, ConvTransposeTakesTheChainAfterIt) {
   GraphBuilder b(13);
   b.input("x", {1, 4, 5, 7});
@@ -623,7 +624,12 @@ TEST(OnnxFuse, ConvTransposeTakesTheChainAfterIt) {
   GraphBuilder::attr_ints(n, "pads", {1, 0, 0, 1});
   b.node("Mul", {"y", "s"}, "m");
   b.node("Add", {"m", "k"}, "a");
-  b.node("Sigmoid", {"a"}, "out");
+  b.init("g", {6}, random_floats(6, 0.5f, 2.0f, 14));
+  b.init("beta", {6}, random_floats(6, -1, 1, 15));
+  b.init("mean", {6}, random_floats(6, -1, 1, 16));
+  b.init("var", {6}, random_floats(6, 0.1f, 2.0f, 17));
+  b.node("BatchNormalization", {"a", "g", "beta", "mean", "var"}, "n");
+  b.node("Sigmoid", {"n"}, "out");
   b.output("out");
   const Loaded l = load_both(b.bytes());
   ASSERT_TRUE(l.fused && l.plain);
@@ -633,7 +639,9 @@ TEST(OnnxFuse, ConvTransposeTakesTheChainAfterIt) {
   EXPECT_EQ(fused["Mul"], 1);
   EXPECT_EQ(fused["Add"], 1);
   EXPECT_EQ(fused["Sigmoid"], 1);
+  EXPECT_EQ(fused["BatchNormalization"], 1);
   EXPECT_EQ(l.plain->op_counts()["Sigmoid"], 1);
+  EXPECT_EQ(l.plain->op_counts()["BatchNormalization"], 1);
   expect_same_bits(l, input(4));
 }
 
