@@ -104,6 +104,24 @@ TEST(OnnxFold, ConvThenBatchNormBecomesOneConv) {
   }
 }
 
+void add_i64(::onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& v) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(7);
+  t->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) t->add_int64_data(x);
+}
+
+::onnx::NodeProto* add_node(::onnx::GraphProto* g, const std::string& op,
+                            std::initializer_list<const char*> in, const std::string& out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(out);
+  for (const char* s : in) n->add_input(s);
+  n->add_output(out);
+  return n;
+}
+
 // x [1,4,1,2] -> ConvTranspose (group 2: W [4, 2, 1, 2], so input channels 0-1 feed output
 // channels 0-1 and 2-3 feed 2-3; kernel 1x2 at stride 2, bias b) -> BN (4 channels) -> Relu ->
 // y [1,4,1,4]. The BN folds into the ConvTranspose's weights and bias, then the Relu becomes
@@ -122,11 +140,7 @@ TEST(OnnxFold, ConvTransposeThenBatchNormAndReluBecomeOneNode) {
   add_init(g, "beta", {4}, beta);
   add_init(g, "mean", {4}, mean);
   add_init(g, "var", {4}, var);
-  auto* c = g->add_node();
-  c->set_op_type("ConvTranspose");
-  c->set_name("deconv");
-  for (const char* s : {"x", "W", "b"}) c->add_input(s);
-  c->add_output("c");
+  auto* c = add_node(g, "ConvTranspose", {"x", "W", "b"}, "c");
   auto* gr = c->add_attribute();
   gr->set_name("group");
   gr->set_type(::onnx::AttributeProto::INT);
@@ -136,16 +150,8 @@ TEST(OnnxFold, ConvTransposeThenBatchNormAndReluBecomeOneNode) {
   st->set_type(::onnx::AttributeProto::INTS);
   st->add_ints(1);
   st->add_ints(2);
-  auto* bn = g->add_node();
-  bn->set_op_type("BatchNormalization");
-  bn->set_name("bn");
-  for (const char* s : {"c", "scale", "beta", "mean", "var"}) bn->add_input(s);
-  bn->add_output("n");
-  auto* relu = g->add_node();
-  relu->set_op_type("Relu");
-  relu->set_name("relu");
-  relu->add_input("n");
-  relu->add_output("y");
+  add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "n");
+  add_node(g, "Relu", {"n"}, "y");
   g->add_output()->set_name("y");
   std::string bytes = m.SerializeAsString();
   auto model = Model::load_bytes(bytes.data(), bytes.size());
@@ -170,24 +176,6 @@ TEST(OnnxFold, ConvTransposeThenBatchNormAndReluBecomeOneNode) {
       EXPECT_NEAR((*out)[0].data<float>()[o * 4 + col], want, 1e-5 * (1 + std::fabs(want)))
           << "channel " << o << " column " << col;
     }
-}
-
-void add_i64(::onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& v) {
-  auto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(7);
-  t->add_dims(static_cast<int64_t>(v.size()));
-  for (int64_t x : v) t->add_int64_data(x);
-}
-
-::onnx::NodeProto* add_node(::onnx::GraphProto* g, const std::string& op,
-                            std::initializer_list<const char*> in, const std::string& out) {
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(out);
-  for (const char* s : in) n->add_input(s);
-  n->add_output(out);
-  return n;
 }
 
 // x [1,2] -> MatMul with W' -> y, where W' [2,2] is the weight W [4,2] (a Constant node) with its

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "onnx/media.h"
@@ -31,6 +32,33 @@ std::string normalize_lines(const std::string& text) {
   return out;
 }
 
+// The detection + recognition pipeline (PP-OCRv4 det and rec) and phototest.tif, as RGB.
+class OnnxPaddleOcrPage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    POWER_REQUIRE_SHARED();
+    POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_det_infer.onnx"));
+    auto o =
+        PaddleOcr::load(ocr_asset("ch_PP-OCRv4_det_infer.onnx"),
+                        ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), ocr_asset("ppocr_keys_v1.txt"));
+    ASSERT_TRUE(o.ok()) << o.status().to_string();
+    ocr.emplace(std::move(*o));
+    auto i = load_image(shared_dir() + "/models/ocr/phototest.tif", 3);
+    ASSERT_TRUE(i.ok()) << i.status().to_string();
+    img.emplace(std::move(*i));
+  }
+  std::optional<PaddleOcr> ocr;
+  std::optional<Image> img;
+};
+
+// tesseract's gold text for phototest.tif, lines trimmed.
+std::string phototest_gold() {
+  std::ifstream f(shared_dir() + "/models/ocr/phototest.txt");
+  std::stringstream gold;
+  gold << f.rdbuf();
+  return normalize_lines(gold.str());
+}
+
 TEST(OnnxPaddleOcr, RecognizerReadsLineOneExactly) {
   POWER_REQUIRE_SHARED();
   POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_rec_infer.onnx"));
@@ -49,23 +77,12 @@ TEST(OnnxPaddleOcr, RecognizerReadsLineOneExactly) {
   EXPECT_EQ(line->text, "This is a lot of 12 point text to test the");
 }
 
-TEST(OnnxPaddleOcr, PipelineOnPhototestWithinThreePercentCer) {
-  POWER_REQUIRE_SHARED();
-  POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_det_infer.onnx"));
-  auto ocr =
-      PaddleOcr::load(ocr_asset("ch_PP-OCRv4_det_infer.onnx"),
-                      ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), ocr_asset("ppocr_keys_v1.txt"));
-  ASSERT_TRUE(ocr.ok()) << ocr.status().to_string();
-  auto img = load_image(shared_dir() + "/models/ocr/phototest.tif", 3);
-  ASSERT_TRUE(img.ok()) << img.status().to_string();
+TEST_F(OnnxPaddleOcrPage, PipelineOnPhototestWithinThreePercentCer) {
   auto lines = ocr->run(*img);
   ASSERT_TRUE(lines.ok()) << lines.status().to_string();
   std::string text;
   for (const auto& l : *lines) text += l.text + "\n";
-  std::ifstream f(shared_dir() + "/models/ocr/phototest.txt");
-  std::stringstream gold;
-  gold << f.rdbuf();
-  std::string hyp = normalize_lines(text), ref = normalize_lines(gold.str());
+  std::string hyp = normalize_lines(text), ref = phototest_gold();
   double cer = character_error_rate(hyp, ref);
   std::printf("paddleocr phototest.tif: %zu lines, CER %.4f\n---\n%s\n---\n", lines->size(), cer,
               hyp.c_str());
@@ -77,15 +94,7 @@ TEST(OnnxPaddleOcr, PipelineOnPhototestWithinThreePercentCer) {
 // upright (counter-clockwise) as it is sampled for the recognizer to read it. The detector finds
 // fewer lines on a turned page, so the check is on what it finds: at least five lines, every box
 // tall, and every text (trimmed) a piece of tesseract's gold text with its lines joined.
-TEST(OnnxPaddleOcr, TallLinesAreTurnedUpright) {
-  POWER_REQUIRE_SHARED();
-  POWER_REQUIRE_NPM_MODEL(ocr_asset("ch_PP-OCRv4_det_infer.onnx"));
-  auto ocr =
-      PaddleOcr::load(ocr_asset("ch_PP-OCRv4_det_infer.onnx"),
-                      ocr_asset("ch_PP-OCRv4_rec_infer.onnx"), ocr_asset("ppocr_keys_v1.txt"));
-  ASSERT_TRUE(ocr.ok()) << ocr.status().to_string();
-  auto img = load_image(shared_dir() + "/models/ocr/phototest.tif", 3);
-  ASSERT_TRUE(img.ok()) << img.status().to_string();
+TEST_F(OnnxPaddleOcrPage, TallLinesAreTurnedUpright) {
   Image turned;
   turned.width = img->height;
   turned.height = img->width;
@@ -98,10 +107,7 @@ TEST(OnnxPaddleOcr, TallLinesAreTurnedUpright) {
             img->data[(static_cast<size_t>(y) * img->width + x) * 3 + c];
   auto lines = ocr->run(turned);
   ASSERT_TRUE(lines.ok()) << lines.status().to_string();
-  std::ifstream f(shared_dir() + "/models/ocr/phototest.txt");
-  std::stringstream gold;
-  gold << f.rdbuf();
-  std::string ref = normalize_lines(gold.str());
+  std::string ref = phototest_gold();
   std::replace(ref.begin(), ref.end(), '\n', ' ');
   EXPECT_GE(lines->size(), 5u);
   for (const auto& l : *lines) {
