@@ -320,8 +320,11 @@ struct Loader {
       const Tensor* w =
           conv.inputs.size() > 1 ? constant_value(g, producer, conv.inputs[1]) : nullptr;
       int64_t channels = 0;
-      if (w && w->rank() == 4)
-        channels = conv.op == "Conv" ? w->shape[0] : w->shape[1] * conv.attr_i("group", 1);
+      if (w && w->rank() == 4 && conv.op == "Conv") channels = w->shape[0];
+      if (w && w->rank() == 4 && conv.op == "ConvTranspose") {
+        const int64_t group = conv.attr_i("group", 1);  // at most C: no overflow below
+        if (group > 0 && group <= w->shape[0]) channels = w->shape[1] * group;
+      }
       // steps[0] saves y, the chain's first operand register; a value read by several later
       // nodes of the chain gets its own save step. `saved` is the value in the register and
       // saved_reads its reads by the chain so far.
@@ -545,12 +548,14 @@ struct Loader {
       if ((conv.op != "Conv" && !transpose) || conv.outputs.size() != 1 || conv.inputs.size() < 2)
         continue;
       const Tensor* wp = constant(conv.inputs[1]);
-      if (!wp || wp->dtype != DType::kF32 || wp->rank() < 3 || !wp->buf) continue;
+      // An empty weight has nothing to scale (and its channel counts would divide by zero).
+      if (!wp || wp->dtype != DType::kF32 || wp->rank() < 3 || !wp->buf || wp->numel() == 0)
+        continue;
       const Tensor& w = *wp;
       // Output channel c's weights: Conv's W[c] ([M, C/group, ...]); ConvTranspose's W is
       // [C, M/group, ...], and W[ci, j] feeds output channel (ci / (C/group)) * (M/group) + j.
       const int64_t group = transpose ? conv.attr_i("group", 1) : 1;
-      if (group <= 0 || w.shape[0] % group != 0) continue;
+      if (group <= 0 || group > w.shape[0] || w.shape[0] % group != 0) continue;
       const int64_t m = transpose ? w.shape[1] * group : w.shape[0];
       const int64_t per = transpose ? w.numel() / (w.shape[0] * w.shape[1]) : w.numel() / m;
       const int64_t in_per_group = w.shape[0] / group;

@@ -154,6 +154,66 @@ TEST(OnnxHostile, BadAttributesAreRejectedAtLoad) {
   EXPECT_EQ(rc.status().code(), StatusCode::kUnsupported);
 }
 
+// A Conv or ConvTranspose with an empty weight, or a group that does not divide its channels
+// (zero, negative, huge), followed by BatchNormalization and Relu (what the loader folds and
+// fuses): loading and running give a result or an error, never a division by zero or an
+// overflow.
+TEST(OnnxHostile, BadConvolutionWeightsBeforeFoldingAndFusion) {
+  for (const char* op : {"Conv", "ConvTranspose"}) {
+    for (const std::vector<int64_t>& wdims :
+         {std::vector<int64_t>{0, 2, 1, 1}, {2, 0, 1, 1}, {2, 2, 0, 1}, {2, 2, 1, 1}}) {
+      for (int64_t group : {int64_t{1}, int64_t{0}, int64_t{-3}, int64_t{1} << 62}) {
+        SCOPED_TRACE(::testing::Message() << op << " W dims " << wdims[0] << "x" << wdims[1] << "x"
+                                          << wdims[2] << " group " << group);
+        ::onnx::ModelProto m;
+        m.set_ir_version(8);
+        m.add_opset_import()->set_version(13);
+        auto* g = m.mutable_graph();
+        auto* in = g->add_input();
+        in->set_name("x");
+        in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+        for (int64_t d : {1, 2, 2, 2})
+          in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+        auto init = [&](const std::string& name, const std::vector<int64_t>& dims) {
+          auto* t = g->add_initializer();
+          t->set_name(name);
+          t->set_data_type(1);
+          int64_t n = 1;
+          for (int64_t d : dims) {
+            t->add_dims(d);
+            n *= d;
+          }
+          for (int64_t i = 0; i < n; ++i) t->add_float_data(0.5f);
+        };
+        init("W", wdims);
+        for (const char* p : {"scale", "beta", "mean", "var"}) init(p, {2});
+        auto* c = g->add_node();
+        c->set_op_type(op);
+        c->add_input("x");
+        c->add_input("W");
+        c->add_output("c");
+        auto* a = c->add_attribute();
+        a->set_name("group");
+        a->set_type(::onnx::AttributeProto::INT);
+        a->set_i(group);
+        auto* bn = g->add_node();
+        bn->set_op_type("BatchNormalization");
+        for (const char* s : {"c", "scale", "beta", "mean", "var"}) bn->add_input(s);
+        bn->add_output("n");
+        auto* relu = g->add_node();
+        relu->set_op_type("Relu");
+        relu->add_input("n");
+        relu->add_output("y");
+        g->add_output()->set_name("y");
+        auto r = load(m);
+        if (!r.ok()) continue;
+        auto out = (*r)->run({make_f32({1, 2, 2, 2}, std::vector<float>(8, 1.0f))});
+        if (out.ok()) EXPECT_EQ((*out)[0].dtype, DType::kF32);
+      }
+    }
+  }
+}
+
 TEST(OnnxHostile, RuntimeShapeErrorsAreClear) {
   auto m = tiny_model("Reshape");
   m.mutable_graph()->mutable_node(0)->add_input("s");
