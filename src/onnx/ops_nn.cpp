@@ -492,8 +492,11 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   ThreadPool* pool = ctx.pool && work >= kMinParallelWork ? ctx.pool : nullptr;
   const int threads = pool ? pool->size() : 1;
   const int64_t Hp = g.H + g.pt + g.pb, Wp = g.W + g.pl + g.pr;
+  // (Padded planes of at most 2^31 floats each: huge pads with a huge dilation can leave a
+  // small output over an enormous padded plane, which takes the im2col path.)
   const bool indirect = !pointwise && !depthwise && g.sh == 1 && g.sw == 1 &&
-                        g.OH + (g.kh - 1) * g.dh == Hp && g.OW + (g.kw - 1) * g.dw == Wp;
+                        g.OH + (g.kh - 1) * g.dh == Hp && g.OW + (g.kw - 1) * g.dw == Wp &&
+                        Wp > 0 && Hp <= (int64_t{1} << 31) / Wp;
   const bool padded = g.pt != 0 || g.pb != 0 || g.pl != 0 || g.pr != 0;
   int64_t chunk = std::clamp<int64_t>((65536 / std::max<int64_t>(1, mg)) / 64 * 64, 64, 4096);
   if (!pointwise && !indirect)
