@@ -14,15 +14,22 @@
 namespace power::onnx {
 namespace {
 
-::onnx::ModelProto tiny_model(const std::string& op) {
+// An opset-13 model whose graph has one float input "x" of shape dims (nodes to be added).
+::onnx::ModelProto model_with_input(const std::vector<int64_t>& dims) {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(13);
-  auto* g = m.mutable_graph();
-  auto* in = g->add_input();
+  auto* in = m.mutable_graph()->add_input();
   in->set_name("x");
   in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
-  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  for (int64_t d : dims)
+    in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  return m;
+}
+
+::onnx::ModelProto tiny_model(const std::string& op) {
+  ::onnx::ModelProto m = model_with_input({4});
+  auto* g = m.mutable_graph();
   auto* n = g->add_node();
   n->set_op_type(op);
   n->set_name("the_node");
@@ -165,15 +172,8 @@ TEST(OnnxHostile, BadConvolutionWeightsBeforeFoldingAndFusion) {
       for (int64_t group : {int64_t{1}, int64_t{0}, int64_t{-3}, int64_t{1} << 62}) {
         SCOPED_TRACE(::testing::Message() << op << " W dims " << wdims[0] << "x" << wdims[1] << "x"
                                           << wdims[2] << " group " << group);
-        ::onnx::ModelProto m;
-        m.set_ir_version(8);
-        m.add_opset_import()->set_version(13);
+        ::onnx::ModelProto m = model_with_input({1, 2, 2, 2});
         auto* g = m.mutable_graph();
-        auto* in = g->add_input();
-        in->set_name("x");
-        in->mutable_type()->mutable_tensor_type()->set_elem_type(1);
-        for (int64_t d : {1, 2, 2, 2})
-          in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
         auto init = [&](const std::string& name, const std::vector<int64_t>& dims) {
           auto* t = g->add_initializer();
           t->set_name(name);
