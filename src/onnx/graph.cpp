@@ -184,8 +184,8 @@ struct Loader {
   // elementwise node of that chain with operands the fused kernel reproduces exactly.
   // channels: the Conv's output channel count (0 when unknown), for per-channel operands.
   // An inference BatchNormalization is two steps, x * scale then + shift per channel, with the
-  // scale and shift its kernel computes (op_batch_norm: the same float expressions, so the same
-  // bits); the second goes to *then (kind kSave when there is none).
+  // factors its kernel uses (batch_norm_factors, so the same bits); the second goes to *then
+  // (kind kSave when there is none).
   static bool chain_step(const Graph& g, const std::vector<int>& producer, const Node& n, int cur,
                          int saved, int64_t channels, FusedStep& st, int& saved_reads,
                          FusedStep* then) {
@@ -203,16 +203,12 @@ struct Loader {
         if (!t || t->dtype != DType::kF32 || t->numel() != channels || !t->buf) return false;
         p[k] = t->data<float>();
       }
-      const float eps = n.attr_f("epsilon", 1e-5f);
       st = FusedStep{FusedStep::kMul, 0, 0};
       *then = FusedStep{FusedStep::kAdd, 0, 0};
       st.channel.resize(static_cast<size_t>(channels));
       then->channel.resize(static_cast<size_t>(channels));
-      for (int64_t c = 0; c < channels; ++c) {
-        const float sc = p[0][c] / std::sqrt(p[3][c] + eps);
-        st.channel[c] = sc;
-        then->channel[c] = p[1][c] - p[2][c] * sc;
-      }
+      batch_norm_factors(p[0], p[1], p[2], p[3], n.attr_f("epsilon", 1e-5f), channels,
+                         st.channel.data(), then->channel.data());
       saved_reads = 0;
       return true;
     }
@@ -571,8 +567,9 @@ struct Loader {
       if (!scale || !beta || !mean || !var) continue;
       const float eps = bn.attr_f("epsilon", 1e-5f);
       std::vector<float> nw(static_cast<size_t>(w.numel())), nb(static_cast<size_t>(m)), sc(nb);
+      batch_norm_factors(scale->data<float>(), beta->data<float>(), mean->data<float>(),
+                         var->data<float>(), eps, m, sc.data(), nullptr);
       for (int64_t c = 0; c < m; ++c) {
-        sc[c] = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
         const float b0 = bias ? bias->data<float>()[c] : 0.0f;
         nb[c] = (b0 - mean->data<float>()[c]) * sc[c] + beta->data<float>()[c];
       }

@@ -34,6 +34,12 @@ struct OpDef {
 const OpDef* find_op(const std::string& op);
 const std::vector<OpDef>& all_ops();
 
+// BatchNormalization's per-channel factors as its kernel applies them (y = x * scale + shift):
+// scale = gamma / sqrt(var + eps) and shift = beta - mean * scale, in float. The loader uses
+// them to fold or fuse a BatchNormalization with the kernel's bits. shift may be null.
+void batch_norm_factors(const float* gamma, const float* beta, const float* mean, const float* var,
+                        float eps, int64_t channels, float* scale, float* shift);
+
 // C[M,N] (+)= A[M,K] * B[K,N] (row-major, leading dims given); beta 0 or 1.
 void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,

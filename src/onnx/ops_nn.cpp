@@ -367,13 +367,19 @@ Status check_conv(const Node& n) {
   return Status();
 }
 
-// The output columns [lo, hi) whose input column ow * sw + off lies inside [0, W): lo is the
-// first with ow * sw + off >= 0, hi one past the last with ow * sw + off < W (clamped to OW).
-void valid_columns(const Geo& g, int64_t off, int64_t& lo, int64_t& hi) {
-  lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
-  hi = g.W - off <= 0 ? 0 : (g.W - off + g.sw - 1) / g.sw;
-  hi = std::min(hi, g.OW);
+// The indices t in [0, count) with t * step + off inside [0, limit), as [lo, hi): lo is the
+// first with t * step + off >= 0, hi one past the last with t * step + off < limit.
+void index_range(int64_t off, int64_t step, int64_t limit, int64_t count, int64_t& lo,
+                 int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + step - 1) / step;
+  hi = limit - off <= 0 ? 0 : (limit - off + step - 1) / step;
+  hi = std::min(hi, count);
   lo = std::min(lo, hi);
+}
+
+// The output columns [lo, hi) whose input column ow * sw + off lies inside [0, W).
+void valid_columns(const Geo& g, int64_t off, int64_t& lo, int64_t& hi) {
+  index_range(off, g.sw, g.W, g.OW, lo, hi);
 }
 
 // im2col rows [c0, c1) of input channels for output positions [p0, p1): row
@@ -655,6 +661,15 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
 
 }  // namespace
 
+void batch_norm_factors(const float* gamma, const float* beta, const float* mean, const float* var,
+                        float eps, int64_t channels, float* scale, float* shift) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const float s = gamma[c] / std::sqrt(var[c] + eps);
+    scale[c] = s;
+    if (shift) shift[c] = beta[c] - mean[c] * s;
+  }
+}
+
 bool tile_epilogue_supported(const std::vector<FusedStep>& steps) {
   return std::none_of(steps.begin(), steps.end(),
                       [](const FusedStep& s) { return s.kind == FusedStep::kSigmoid; });
@@ -735,8 +750,8 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
           for (int64_t j = 0; j < kw; ++j) {
             const float* row = col.data() + ((m * kh + i) * kw + j) * HW;
             const int64_t off = j * dw - pl;  // output column = iw * sw + off
-            const int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-            const int64_t hi = std::min(W, OW - off <= 0 ? 0 : (OW - off + sw - 1) / sw);
+            int64_t lo, hi;
+            index_range(off, sw, OW, W, lo, hi);
             for (int64_t ih = 0; ih < H; ++ih) {
               int64_t oh = ih * sh - pt + i * dh;
               if (oh < 0 || oh >= OH) continue;
@@ -781,11 +796,8 @@ Status op_batch_norm(const Node& n, const Ins& in, Outs& out, OpContext&) {
   }
   float eps = n.attr_f("epsilon", 1e-5f);
   std::vector<float> scale(C), shift(C);
-  for (int64_t c = 0; c < C; ++c) {
-    float s = in[1]->data<float>()[c] / std::sqrt(in[4]->data<float>()[c] + eps);
-    scale[c] = s;
-    shift[c] = in[2]->data<float>()[c] - in[3]->data<float>()[c] * s;
-  }
+  batch_norm_factors(in[1]->data<float>(), in[2]->data<float>(), in[3]->data<float>(),
+                     in[4]->data<float>(), eps, C, scale.data(), shift.data());
   POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, x.shape));
   int64_t inner = 1;
   for (int d = 2; d < x.rank(); ++d) inner *= x.shape[d];

@@ -486,6 +486,46 @@ Result<std::shared_ptr<const Model>> conv_model(const Shape& x, const Shape& w_s
   return Model::load_bytes(bytes.data(), bytes.size());
 }
 
+// A Conv's geometry for the float64 reference: C input and M output channels in `group`
+// groups, an H x W input, a kh x kw kernel, pads (top, left, bottom, right), strides and one
+// dilation for both axes.
+struct ConvCase {
+  int64_t C, M, group, H, W, kh, kw, pt, pl, pb, pr, sh, sw, dil;
+  int64_t OH() const { return (H + pt + pb - (kh - 1) * dil - 1) / sh + 1; }
+  int64_t OW() const { return (W + pl + pr - (kw - 1) * dil - 1) / sw + 1; }
+};
+
+// y (the Conv of x with weights w [M, C/group, kh, kw] and bias) against the sum in float64:
+// each element within 2 (taps + 1) units of 2^-23 of its terms' magnitudes.
+void expect_conv_reference(const ConvCase& q, const std::vector<float>& x,
+                           const std::vector<float>& w, const std::vector<float>& bias,
+                           const Tensor& y) {
+  const int64_t OH = q.OH(), OW = q.OW(), cg = q.C / q.group, mg = q.M / q.group;
+  ASSERT_EQ(y.shape, (Shape{1, q.M, OH, OW}));
+  const int64_t taps = cg * q.kh * q.kw;
+  for (int64_t oc = 0; oc < q.M; ++oc) {
+    const int64_t gi = oc / mg;
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double ref = bias[oc], mag = std::fabs(ref);
+        for (int64_t c = 0; c < cg; ++c)
+          for (int64_t i = 0; i < q.kh; ++i)
+            for (int64_t j = 0; j < q.kw; ++j) {
+              const int64_t ih = oh * q.sh - q.pt + i * q.dil;
+              const int64_t iw = ow * q.sw - q.pl + j * q.dil;
+              if (ih < 0 || ih >= q.H || iw < 0 || iw >= q.W) continue;
+              const double p = static_cast<double>(w[((oc * cg + c) * q.kh + i) * q.kw + j]) *
+                               x[((gi * cg + c) * q.H + ih) * q.W + iw];
+              ref += p;
+              mag += std::fabs(p);
+            }
+        ASSERT_NEAR(y.data<float>()[(oc * OH + oh) * OW + ow], ref,
+                    2.0 * (taps + 1) * 0x1p-23 * mag)
+            << "oc" << oc << " (" << oh << "," << ow << ")";
+      }
+  }
+}
+
 // Depthwise Conv (the AVX2 plane kernel when the CPU has it, else the portable one; run under
 // POWER_FORCE_ISA=scalar too) against a float64 reference, over kernel sizes, pads (also
 // asymmetric), dilations, strides 1-3 (the AVX2 kernel's phase split) and widths on both sides
@@ -516,28 +556,9 @@ TEST(OnnxFuse, DepthwiseConvMatchesFloat64Reference) {
     const auto xv = random_floats(static_cast<size_t>(C * q.H * q.W), -1, 1, 5);
     auto out = (*m)->run({make_f32({1, C, q.H, q.W}, xv)});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    const int64_t span = (q.k - 1) * q.dil + 1;
-    const int64_t OH = (q.H + q.pad + pe - span) / q.stride_h + 1;
-    const int64_t OW = (q.W + q.pad + pe - span) / q.stride_w + 1;
-    ASSERT_EQ((*out)[0].shape, (Shape{1, C, OH, OW}));
-    const float* y = (*out)[0].data<float>();
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          double ref = bias[c], mag = std::fabs(ref);
-          for (int64_t i = 0; i < q.k; ++i)
-            for (int64_t j = 0; j < q.k; ++j) {
-              const int64_t ih = oh * q.stride_h - q.pad + i * q.dil;
-              const int64_t iw = ow * q.stride_w - q.pad + j * q.dil;
-              if (ih < 0 || ih >= q.H || iw < 0 || iw >= q.W) continue;
-              const double p =
-                  static_cast<double>(w[(c * q.k + i) * q.k + j]) * xv[(c * q.H + ih) * q.W + iw];
-              ref += p;
-              mag += std::fabs(p);
-            }
-          ASSERT_NEAR(y[(c * OH + oh) * OW + ow], ref, 2.0 * (q.k * q.k + 1) * 0x1p-23 * mag)
-              << "c" << c << " (" << oh << "," << ow << ")";
-        }
+    expect_conv_reference(
+        {C, C, C, q.H, q.W, q.k, q.k, q.pad, q.pad, pe, pe, q.stride_h, q.stride_w, q.dil}, xv, w,
+        bias, (*out)[0]);
   }
 }
 
@@ -564,7 +585,7 @@ TEST(OnnxFuse, ConvMatchesFloat64Reference) {
                  << q.kh << "x" << q.kw << " pads " << q.pt << q.pl << q.pb << q.pr << " dil"
                  << q.dil << " s" << q.stride << " " << q.H << "x" << q.W << " C" << q.C << " M"
                  << q.M << " g" << q.group);
-    const int64_t cg = q.C / q.group, mg = q.M / q.group;
+    const int64_t cg = q.C / q.group;
     const auto w = random_floats(static_cast<size_t>(q.M * cg * q.kh * q.kw), -1, 1, 3);
     const auto bias = random_floats(static_cast<size_t>(q.M), -1, 1, 4);
     auto m = conv_model({1, q.C, q.H, q.W}, {q.M, cg, q.kh, q.kw}, w, bias, q.group,
@@ -576,33 +597,13 @@ TEST(OnnxFuse, ConvMatchesFloat64Reference) {
     auto out = (*m)->run({x});
     auto out2 = (*m)->run({x}, &two);
     ASSERT_TRUE(out.ok() && out2.ok());
-    const int64_t OH = (q.H + q.pt + q.pb - (q.kh - 1) * q.dil - 1) / q.stride + 1;
-    const int64_t OW = (q.W + q.pl + q.pr - (q.kw - 1) * q.dil - 1) / q.stride + 1;
-    ASSERT_EQ((*out)[0].shape, (Shape{1, q.M, OH, OW}));
     ASSERT_EQ((*out2)[0].shape, (*out)[0].shape);
-    const float* y = (*out)[0].data<float>();
-    EXPECT_EQ(std::memcmp(y, (*out2)[0].data<float>(), (*out)[0].numel() * sizeof(float)), 0);
-    const int64_t taps = cg * q.kh * q.kw;
-    for (int64_t oc = 0; oc < q.M; ++oc) {
-      const int64_t gi = oc / mg;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          double ref = bias[oc], mag = std::fabs(ref);
-          for (int64_t c = 0; c < cg; ++c)
-            for (int64_t i = 0; i < q.kh; ++i)
-              for (int64_t j = 0; j < q.kw; ++j) {
-                const int64_t ih = oh * q.stride - q.pt + i * q.dil;
-                const int64_t iw = ow * q.stride - q.pl + j * q.dil;
-                if (ih < 0 || ih >= q.H || iw < 0 || iw >= q.W) continue;
-                const double p = static_cast<double>(w[((oc * cg + c) * q.kh + i) * q.kw + j]) *
-                                 xv[((gi * cg + c) * q.H + ih) * q.W + iw];
-                ref += p;
-                mag += std::fabs(p);
-              }
-          ASSERT_NEAR(y[(oc * OH + oh) * OW + ow], ref, 2.0 * (taps + 1) * 0x1p-23 * mag)
-              << "oc" << oc << " (" << oh << "," << ow << ")";
-        }
-    }
+    EXPECT_EQ(std::memcmp((*out)[0].data<float>(), (*out2)[0].data<float>(),
+                          (*out)[0].numel() * sizeof(float)),
+              0);
+    expect_conv_reference({q.C, q.M, q.group, q.H, q.W, q.kh, q.kw, q.pt, q.pl, q.pb, q.pr,
+                           q.stride, q.stride, q.dil},
+                          xv, w, bias, (*out)[0]);
   }
 }
 

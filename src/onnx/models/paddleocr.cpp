@@ -47,21 +47,15 @@ void each_sample(const Image& src, Put&& put) {
         put(y, x, c, src.data[(static_cast<size_t>(y) * src.width + x) * src.channels + c]);
 }
 
-Image to_rgb(const Image& img) {
-  Image out;
-  out.width = img.width;
-  out.height = img.height;
-  out.channels = 3;
-  out.data.resize(img.data.size() * 3);
-  for (size_t i = 0; i < img.data.size(); ++i)
-    out.data[i * 3] = out.data[i * 3 + 1] = out.data[i * 3 + 2] = img.data[i];
-  return out;
-}
-
-// The image itself when it is RGB, else its RGB copy made in `storage`.
+// The image itself when it is RGB, else its RGB copy (gray repeated) made in `storage`.
 const Image& as_rgb(const Image& img, Image& storage) {
   if (img.channels == 3) return img;
-  storage = to_rgb(img);
+  storage.width = img.width;
+  storage.height = img.height;
+  storage.channels = 3;
+  storage.data.resize(img.data.size() * 3);
+  for (size_t i = 0; i < img.data.size(); ++i)
+    storage.data[i * 3] = storage.data[i * 3 + 1] = storage.data[i * 3 + 2] = img.data[i];
   return storage;
 }
 
