@@ -102,6 +102,19 @@ constexpr int64_t kDotColumns = 8;
 // threads, wall time per image on the 2-vCPU EPYC: 0.109 ms at 64 Ki, 0.054-0.076 ms at 1 Mi.
 constexpr double kMinParallelWork = 1024 * 1024;
 
+// C[i, j] = dot(A[i, :], cols[j]) for i < M, j < N (N <= kDotColumns), rows split over the pool.
+void dot_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* const* cols, float* C, int64_t ldc) {
+  auto rows = [&](int64_t r0, int64_t r1) {
+    dot_f32_cols(A + r0 * lda, r1 - r0, lda, cols, N, K, 1.0f, C + r0 * ldc, ldc);
+  };
+  const int threads = pool ? pool->size() : 1;
+  if (threads <= 1 || static_cast<double>(M) * N * K < kMinParallelWork) return rows(0, M);
+  pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
+    rows(static_cast<int64_t>(b), static_cast<int64_t>(e));
+  });
+}
+
 void gemm_few_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A,
                       int64_t lda, const float* B, int64_t ldb, bool trans_b, float* C,
                       int64_t ldc) {
@@ -115,14 +128,7 @@ void gemm_few_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const f
       for (int64_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
     for (int64_t j = 0; j < N; ++j) cols[j] = bt.data() + j * K;
   }
-  auto rows = [&](int64_t r0, int64_t r1) {
-    dot_f32_cols(A + r0 * lda, r1 - r0, lda, cols, N, K, 1.0f, C + r0 * ldc, ldc);
-  };
-  const int threads = pool ? pool->size() : 1;
-  if (threads <= 1 || static_cast<double>(M) * N * K < kMinParallelWork) return rows(0, M);
-  pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
-    rows(static_cast<int64_t>(b), static_cast<int64_t>(e));
-  });
+  dot_columns(pool, M, N, K, A, lda, cols, C, ldc);
 }
 
 }  // namespace
@@ -445,6 +451,44 @@ void depthwise_plane(const Geo& g, const float* xin, const float* w, float bias,
   }
 }
 
+// The columns of im2col's matrix for output positions [0, P) of one group (cg channels from
+// xin), each as a contiguous vector of cg * kh * kw floats in im2col's row order (c, i, j):
+// out + p * kk is position p's receptive field, zeros where it falls in the padding. The
+// few-position path's dot products read them as they are (im2col rows would need a transpose).
+void patch_columns(const Geo& g, const float* xin, int64_t cg, int64_t P, float* out) {
+  const int64_t kk = cg * g.kh * g.kw;
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t oh = p / g.OW, ow = p % g.OW;
+    const int64_t iw0 = ow * g.sw - g.pl;
+    // Taps j with iw0 + j * dw inside [0, W).
+    int64_t lo = 0, hi = g.kw;
+    if (g.dw == 1) {
+      lo = std::clamp<int64_t>(-iw0, 0, g.kw);
+      hi = std::clamp<int64_t>(g.W - iw0, lo, g.kw);
+    }
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t i = 0; i < g.kh; ++i) {
+        float* d = out + p * kk + (c * g.kh + i) * g.kw;
+        const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+        if (ih < 0 || ih >= g.H) {
+          std::fill(d, d + g.kw, 0.0f);
+          continue;
+        }
+        const float* src = xin + (c * g.H + ih) * g.W;
+        if (g.dw == 1) {
+          std::fill(d, d + lo, 0.0f);
+          std::copy(src + iw0 + lo, src + iw0 + hi, d + lo);
+          std::fill(d + hi, d + g.kw, 0.0f);
+        } else {
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t iw = iw0 + j * g.dw;
+            d[j] = iw >= 0 && iw < g.W ? src[iw] : 0.0f;
+          }
+        }
+      }
+  }
+}
+
 Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 2));
   const Tensor &x = *in[0], &w = *in[1];
@@ -513,10 +557,18 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
   const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0 || P < 16;
-  Tensor col;    // im2col rows, wide output blocks or depthwise scratch, written before read
+  // At most kDotColumns positions (Silero VAD's convolutions): each output is a dot product of
+  // a weight row and the position's patch column (patch_columns), the bits of sgemm's
+  // few-column path without its transpose of im2col rows. An image's outputs do not depend on
+  // the other images of the batch.
+  const bool few = !depthwise && kk > 0 && P <= kDotColumns;
+  Tensor col;    // im2col rows or patch columns, wide output blocks or depthwise scratch, written
+                 // before read
   Tensor plane;  // the indirect path's zero-padded input planes of one group
   std::vector<const float*> brows;  // per thread: the indirect path's kk row pointers
-  if (!pointwise && !depthwise) {
+  if (few) {
+    POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {P, kk}));
+  } else if (!pointwise && !depthwise) {
     if (by_rows) {
       POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {kk, P}));
     } else if (indirect) {
@@ -577,6 +629,14 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
         for (int64_t m = m0; m < m1; ++m)
           apply_epilogue(epi, bg ? bg + m : nullptr, gi * mg + m, yout + m * P + j0, len);
       };
+      if (few) {
+        patch_columns(g, xin, cg, P, col.mutable_data<float>());
+        const float* cols[kDotColumns];
+        for (int64_t p = 0; p < P; ++p) cols[p] = col.data<float>() + p * kk;
+        dot_columns(pool, mg, P, kk, wg, kk, cols, yout, P);
+        if (bg || !epi.empty()) finish(0, mg, 0, P);
+        continue;
+      }
       if (by_rows) {
         const float* bmat = xin;
         if (!pointwise) {
@@ -1003,16 +1063,24 @@ Status op_lstm(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     bool reverse = dir == "reverse" || d == 1;
     const float* wd = w.data<float>() + d * 4 * H * I;
     const float* rd = r.data<float>() + d * 4 * H * H;
-    // X * W^T for all steps at once: [T*B, 4H].
-    sgemm(ctx.pool, T * B, 4 * H, I, x.data<float>(), I, false, wd, I, true, xw.data(), 4 * H,
-          false);
+    // X * W^T for all steps at once: [T*B, 4H]. A sequence's rows take the same path whatever
+    // the batch (stacked requests get the bits they get alone): dot products for up to 4
+    // steps, else sgemm, which for more than 4 rows never takes its dot-product path.
+    if (T <= 4) {
+      gemm_nt_rows(T * B, 4 * H, I, x.data<float>(), I, wd, I, xw.data(), 4 * H, false);
+    } else {
+      sgemm(ctx.pool, T * B, 4 * H, I, x.data<float>(), I, false, wd, I, true, xw.data(), 4 * H,
+            false);
+    }
     std::vector<float> h(static_cast<size_t>(B * H), 0.0f), c(static_cast<size_t>(B * H), 0.0f);
     if (h0) std::memcpy(h.data(), h0->data<float>() + d * B * H, B * H * 4);
     if (c0) std::memcpy(c.data(), c0->data<float>() + d * B * H, B * H * 4);
     const float* bw = bias ? bias->data<float>() + d * 8 * H : nullptr;
     const float* pp = peep ? peep->data<float>() + d * 3 * H : nullptr;
     for (int64_t step = 0; step < T; ++step) {
-      sgemm(nullptr, B, 4 * H, H, h.data(), H, false, rd, H, true, gates.data(), 4 * H, false);
+      // h * R^T by dot products for any batch: one sequence's row gets the same bits alone
+      // or stacked with others (and R is not transposed at every step).
+      gemm_nt_rows(B, 4 * H, H, h.data(), H, rd, H, gates.data(), 4 * H, false);
       for (int64_t b = 0; b < B; ++b) {
         int64_t len = seq[b];
         if (step >= len) {  // past this sequence's end: outputs zero, state kept

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/thread_pool.h"
 #include "onnx/media.h"
 #include "onnx/models/silero_vad.h"
 #include "onnx_test_util.h"
@@ -132,6 +134,83 @@ TEST(OnnxSileroVad, FoldedConstantsGiveTheSameProbabilities) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->size(), b->size());
   for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i], (*b)[i]) << "window " << i;
+}
+
+// Microbatching (the server stacks concurrent requests' windows, onnx/service.h): streams of
+// test.wav at different offsets and lengths (they finish at different steps), stepped in
+// batches of 2, 5, 8 and 33 whose members change from step to step, at one and two threads,
+// give every stream the bits of its solo run. The 8 kHz branch of the graph's If is stepped
+// in batches too. Before the LSTM's and few-position Conv's paths were made independent of the
+// batch, batches above 4 differed in the last bits.
+TEST(OnnxSileroVad, BatchedStreamsGiveTheSoloBits) {
+  POWER_REQUIRE_NPM_MODEL(power::testing::silero_model());
+  POWER_REQUIRE_SHARED();
+  auto vad = SileroVad::load(power::testing::silero_model());
+  ASSERT_TRUE(vad.ok()) << vad.status().to_string();
+  auto audio = load_audio(shared_dir() + "/models/audio/test.wav");
+  ASSERT_TRUE(audio.ok()) << audio.status().to_string();
+  const std::vector<float>& all = audio->samples;
+  struct Clip {
+    std::vector<float> samples;
+    int rate;
+    std::vector<float> solo;
+  };
+  std::vector<Clip> clips;
+  for (int k = 0; k < 40; ++k) {
+    const size_t off = static_cast<size_t>(k) * 21011 % (all.size() - 48000);
+    const size_t len = 8000 * static_cast<size_t>(1 + k % 5) + static_cast<size_t>(k) * 37;
+    clips.push_back({std::vector<float>(all.begin() + off, all.begin() + off + len),
+                     k < 36 ? 16000 : 8000, {}});
+  }
+  for (Clip& c : clips) {
+    auto p = vad->probabilities(c.samples, c.rate);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    c.solo = *p;
+  }
+  ThreadPool two(2);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+    for (const size_t batch : {size_t{2}, size_t{5}, size_t{8}, size_t{33}}) {
+      for (const int rate : {16000, 8000}) {
+        std::vector<VadStream> streams;
+        for (const Clip& c : clips) {
+          if (c.rate != rate) continue;
+          auto s = SileroVad::start(c.samples, rate);
+          ASSERT_TRUE(s.ok());
+          streams.push_back(std::move(*s));
+        }
+        size_t steps = 0, widest = 0;
+        for (size_t turn = 0;; ++turn) {
+          std::vector<VadStream*> live;
+          for (size_t i = 0; i < streams.size(); ++i) {
+            VadStream& s = streams[(i + turn) % streams.size()];
+            if (!s.finished() && live.size() < batch) live.push_back(&s);
+          }
+          if (live.empty()) break;
+          Status st = vad->step(live, pool);
+          ASSERT_TRUE(st.ok()) << st.to_string();
+          ++steps;
+          widest = std::max(widest, live.size());
+        }
+        EXPECT_EQ(widest, std::min(batch, streams.size()));
+        size_t i = 0;
+        for (const Clip& c : clips) {
+          if (c.rate != rate) continue;
+          const std::vector<float>& got = streams[i++].probs;
+          ASSERT_EQ(got.size(), c.solo.size());
+          EXPECT_EQ(std::memcmp(got.data(), c.solo.data(), got.size() * sizeof(float)), 0)
+              << "batch " << batch << ", " << rate << " Hz, stream " << i - 1
+              << (pool ? ", 2 threads" : ", 1 thread");
+        }
+        EXPECT_GT(steps, 0u);
+      }
+    }
+  }
+  // A batch that mixes rates or holds a finished stream is refused.
+  auto a = SileroVad::start(clips[0].samples, 16000);
+  auto b = SileroVad::start(clips[39].samples, 8000);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(vad->step({&*a, &*b}).ok());
+  EXPECT_FALSE(SileroVad::start(clips[0].samples, 44100).ok());
 }
 
 }  // namespace

@@ -28,42 +28,81 @@ Result<SileroVad> SileroVad::load(const std::string& path, const LoadOptions& op
   return SileroVad(std::move(model));
 }
 
-Result<std::vector<float>> SileroVad::probabilities(const std::vector<float>& samples,
-                                                    int sample_rate, ThreadPool* pool) const {
+Result<VadStream> SileroVad::start(const std::vector<float>& samples, int sample_rate) {
   if (sample_rate != 16000 && sample_rate != 8000) {
     return make_error(StatusCode::kInvalidArgument,
                       "Silero VAD needs 16000 or 8000 Hz audio, got {} Hz", sample_rate);
   }
-  const Graph& g = model_->graph();
-  const int window = window_size(sample_rate);
-  const int context = sample_rate == 16000 ? 64 : 32;
-  std::vector<float> ctx(context, 0.0f);
-  Tensor state = make_f32({2, 1, 128}, std::vector<float>(2 * 128, 0.0f));
-  Tensor sr = scalar_i64(sample_rate);
-  std::vector<float> probs;
-  std::vector<float> buf(context + window);
-  for (size_t pos = 0; pos < samples.size(); pos += window) {
-    std::copy(ctx.begin(), ctx.end(), buf.begin());
-    size_t n = std::min<size_t>(window, samples.size() - pos);
-    std::copy(samples.begin() + pos, samples.begin() + pos + n, buf.begin() + context);
-    std::fill(buf.begin() + context + n, buf.end(), 0.0f);
-    Tensor x = make_f32({1, context + window}, buf);
-    std::vector<Tensor> in(3);
-    for (size_t i = 0; i < g.input_info.size(); ++i) {
-      const std::string& name = g.input_info[i].name;
-      in[i] = name == "input" ? x : name == "state" ? state : sr;
+  VadStream s;
+  s.samples = &samples;
+  s.sample_rate = sample_rate;
+  s.context.assign(static_cast<size_t>(context_size(sample_rate)), 0.0f);
+  s.state.assign(2 * 128, 0.0f);
+  return s;
+}
+
+Status SileroVad::step(const std::vector<VadStream*>& streams, ThreadPool* pool) const {
+  if (streams.empty()) return Status();
+  const int rate = streams[0]->sample_rate;
+  for (const VadStream* s : streams) {
+    if (s->sample_rate != rate || s->finished()) {
+      return make_error(StatusCode::kInternal,
+                        "a VAD batch mixes sample rates or holds a finished stream");
     }
-    POWER_ASSIGN_OR_RETURN(auto out, model_->run(in, pool));
-    if (out[0].dtype != DType::kF32 || out[0].numel() != 1 || out[1].dtype != DType::kF32 ||
-        out[1].numel() != 2 * 128) {
-      return make_error(StatusCode::kInvalidArgument, "Silero VAD outputs have shapes {} and {}",
-                        shape_str(out[0].shape), shape_str(out[1].shape));
-    }
-    probs.push_back(out[0].data<float>()[0]);
-    state = out[1].reshaped({2, 1, 128});
-    std::copy(buf.end() - context, buf.end(), ctx.begin());
   }
-  return probs;
+  const Graph& g = model_->graph();
+  const int64_t B = static_cast<int64_t>(streams.size());
+  const int window = window_size(rate), context = context_size(rate);
+  const int64_t row = context + window;
+  std::vector<float> x(static_cast<size_t>(B * row)), state(static_cast<size_t>(2 * B * 128));
+  for (int64_t b = 0; b < B; ++b) {
+    const VadStream& s = *streams[b];
+    float* r = x.data() + b * row;
+    std::copy(s.context.begin(), s.context.end(), r);
+    const size_t n = std::min<size_t>(window, s.samples->size() - s.pos);
+    std::copy(s.samples->begin() + s.pos, s.samples->begin() + s.pos + n, r + context);
+    std::fill(r + context + n, r + row, 0.0f);
+    for (int l = 0; l < 2; ++l)
+      std::copy(s.state.begin() + l * 128, s.state.begin() + (l + 1) * 128,
+                state.begin() + (l * B + b) * 128);
+  }
+  std::vector<Tensor> in(3);
+  for (size_t i = 0; i < g.input_info.size(); ++i) {
+    const std::string& name = g.input_info[i].name;
+    in[i] = name == "input"   ? make_f32({B, row}, std::move(x))
+            : name == "state" ? make_f32({2, B, 128}, std::move(state))
+                              : scalar_i64(rate);
+  }
+  POWER_ASSIGN_OR_RETURN(auto out, model_->run(in, pool));
+  if (out[0].dtype != DType::kF32 || out[0].numel() != B || out[1].dtype != DType::kF32 ||
+      out[1].numel() != 2 * B * 128) {
+    return make_error(StatusCode::kInvalidArgument, "Silero VAD outputs have shapes {} and {}",
+                      shape_str(out[0].shape), shape_str(out[1].shape));
+  }
+  const float* p = out[0].data<float>();
+  const float* st = out[1].data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    VadStream& s = *streams[b];
+    s.probs.push_back(p[b]);
+    for (int l = 0; l < 2; ++l)
+      std::copy(st + (l * B + b) * 128, st + (l * B + b + 1) * 128, s.state.begin() + l * 128);
+    // The next window's context: the last samples of this one's input row, padding included.
+    const size_t n = std::min<size_t>(window, s.samples->size() - s.pos);
+    for (int k = 0; k < context; ++k) {
+      const size_t at = static_cast<size_t>(window - context + k);  // within the window
+      s.context[k] = at < n ? (*s.samples)[s.pos + at] : 0.0f;
+    }
+    s.pos += window;
+  }
+  return Status();
+}
+
+Result<std::vector<float>> SileroVad::probabilities(const std::vector<float>& samples,
+                                                    int sample_rate, ThreadPool* pool) const {
+  POWER_ASSIGN_OR_RETURN(VadStream s, start(samples, sample_rate));
+  const std::vector<VadStream*> one = {&s};
+  while (!s.finished()) POWER_RETURN_IF_ERROR(step(one, pool));
+  return std::move(s.probs);
 }
 
 std::vector<SpeechSegment> speech_segments(const std::vector<float>& probs, int64_t n_samples,

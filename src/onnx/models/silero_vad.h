@@ -32,6 +32,19 @@ struct SpeechSegment {
   int64_t end = 0;
 };
 
+// One audio stream's progress through the model (SileroVad::start, then SileroVad::step until
+// finished): the next window's position, the last samples of the previous window, the
+// recurrent state [2, 1, 128] and the probabilities so far.
+struct VadStream {
+  const std::vector<float>* samples = nullptr;  // not owned; outlives the stream
+  int sample_rate = 16000;
+  size_t pos = 0;
+  std::vector<float> context;
+  std::vector<float> state;
+  std::vector<float> probs;
+  bool finished() const { return pos >= samples->size(); }
+};
+
 class SileroVad {
  public:
   explicit SileroVad(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
@@ -42,7 +55,15 @@ class SileroVad {
   // One probability per window. sample_rate must be 16000 or 8000.
   Result<std::vector<float>> probabilities(const std::vector<float>& samples, int sample_rate,
                                            ThreadPool* pool = nullptr) const;
+  // A stream at the start of `samples` (kept by pointer). sample_rate must be 16000 or 8000.
+  static Result<VadStream> start(const std::vector<float>& samples, int sample_rate);
+  // The next window of every stream as one batch ([B, context + window] input, [2, B, 128]
+  // state): streams of one sample rate, none finished. Each stream's probability and state are
+  // bit-identical to a step of that stream alone (the kernels' paths do not depend on the
+  // batch: tests/onnx/silero_vad_test.cpp), so requests can be stacked.
+  Status step(const std::vector<VadStream*>& streams, ThreadPool* pool = nullptr) const;
   static int window_size(int sample_rate) { return sample_rate == 16000 ? 512 : 256; }
+  static int context_size(int sample_rate) { return sample_rate == 16000 ? 64 : 32; }
   const Model& model() const { return *model_; }
 
  private:
