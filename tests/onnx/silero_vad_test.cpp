@@ -160,7 +160,8 @@ TEST(OnnxSileroVad, BatchedStreamsGiveTheSoloBits) {
     const size_t off = static_cast<size_t>(k) * 21011 % (all.size() - 48000);
     const size_t len = 8000 * static_cast<size_t>(1 + k % 5) + static_cast<size_t>(k) * 37;
     clips.push_back({std::vector<float>(all.begin() + off, all.begin() + off + len),
-                     k < 36 ? 16000 : 8000, {}});
+                     k < 36 ? 16000 : 8000,
+                     {}});
   }
   for (Clip& c : clips) {
     auto p = vad->probabilities(c.samples, c.rate);
