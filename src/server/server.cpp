@@ -168,16 +168,25 @@ class AdoptingServer : public Base {
  public:
   using Base::Base;
   void adopt(int fd) { this->svr_sock_ = fd; }
+  // The library listens on a tcp socket with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed
+  // in the packaged library): a burst of more simultaneous connections than that overflowed
+  // the accept queue and some clients were reset without an answer (32 concurrent VAD
+  // callers). Listening again on the bound socket widens the queue (Linux takes a second
+  // listen() as a new backlog).
+  void widen_backlog(int backlog) {
+    if (this->svr_sock_ != INVALID_SOCKET) ::listen(this->svr_sock_, backlog);
+  }
 };
 
 // One --listen address and the accept loop serving it.
 struct Listener {
   ListenAddress address;
   std::unique_ptr<httplib::Server> http;
-  std::function<void(int)> adopt;  // hands a bound socket to `http`
-  int adopted_fd = -1;             // closed here if the loop never took it over
-  int64_t port = 0;                // tcp / vsock: the port bound (port 0 resolved)
-  ino_t unix_inode = 0;            // the socket file created, removed at stop if unchanged
+  std::function<void(int)> adopt;          // hands a bound socket to `http`
+  std::function<void(int)> widen_backlog;  // of the tcp socket `http` bound
+  int adopted_fd = -1;                     // closed here if the loop never took it over
+  int64_t port = 0;                        // tcp / vsock: the port bound (port 0 resolved)
+  ino_t unix_inode = 0;                    // the socket file created, removed at stop if unchanged
   std::thread thread;
   std::atomic<bool> done{false};
 
@@ -195,6 +204,7 @@ std::unique_ptr<Listener> make_listener(const ListenAddress& address, Args&&... 
   auto http = std::make_unique<AdoptingServer<S>>(std::forward<Args>(args)...);
   AdoptingServer<S>* raw = http.get();
   l->adopt = [raw](int fd) { raw->adopt(fd); };
+  l->widen_backlog = [raw](int backlog) { raw->widen_backlog(backlog); };
   l->http = std::move(http);
   return l;
 }
@@ -1393,6 +1403,7 @@ Status Server::start() {
                         .with("host", a.host)
                         .with("port", a.port));
       }
+      l->widen_backlog(512);  // as bind_listen_socket's default for the other kinds
       continue;
     }
     auto fd = bind_listen_socket(a);
