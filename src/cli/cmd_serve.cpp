@@ -94,6 +94,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--onnx-max-waiting")) o.onnx.max_waiting = x.max_waiting;
   if (given("--onnx-budget-bytes")) o.onnx.budget_bytes = x.budget_bytes;
   if (given("--onnx-threads")) o.onnx.threads = x.threads;
+  if (given("--onnx-max-batch")) o.onnx.max_batch = x.max_batch;
   o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
 
   if (a.print_plan) {
@@ -263,11 +264,15 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--onnx-max-running", x.max_running, "ONNX executions at once")
       ->capture_default_str();
   cmd->add_option("--onnx-max-waiting", x.max_waiting,
-                  "ONNX executions waiting for memory before 429")
+                  "ONNX executions waiting for memory or a slot before 429")
       ->capture_default_str();
   cmd->add_option("--onnx-budget-bytes", x.budget_bytes,
                   "Memory for ONNX executions (0: device budget less weights)");
   cmd->add_option("--onnx-threads", x.threads, "Compute threads per ONNX execution")
+      ->capture_default_str();
+  cmd->add_option("--onnx-max-batch", x.max_batch,
+                  "VAD windows of concurrent requests stacked into one execution (1: off)")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->callback([a, cmd] { run_serve(*a, cmd); });
 }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -124,6 +126,11 @@ Status apply_config_key(const std::string& key, const json& v, ServiceOptions* o
     o->threads = static_cast<int>(x);
     return Status();
   }
+  if (key == "onnx_max_batch") {
+    POWER_RETURN_IF_ERROR(integer(1, 1024, &x));
+    o->max_batch = static_cast<int>(x);
+    return Status();
+  }
   *handled = false;
   return Status();
 }
@@ -205,9 +212,148 @@ struct Service::Impl {
   std::unique_ptr<runtime::Admission> admission;
   std::shared_ptr<const receipt::SigningKey> key;
 
-  mutable std::mutex mu;  // admission, waiting, stats, key, det plan cache
-  std::condition_variable cv;
+  mutable std::mutex mu;       // admission, slots, VAD streams, waiting, stats, key, det plan cache
+  std::condition_variable cv;  // memory released, a slot freed, a VAD step finished
   int waiting = 0;
+  // Compute slots: at most opts.max_running executions at once, each with its own pool (made
+  // on first use) when opts.threads > 1.
+  std::vector<char> slot_busy;
+  std::vector<std::unique_ptr<ThreadPool>> slot_pools;
+  int slots_used = 0;
+  // Executions waiting in acquire_slot: a batched VAD step leaves freed slots to them, so a
+  // long VAD request gives way between windows instead of holding its slot to the end.
+  int slot_waiters = 0;
+  // VAD streams between batched steps, by model (each request's thread waits on its own).
+  std::map<const Loaded*, std::deque<VadStream*>> vad_ready;
+  int vad_streams = 0;
+
+  // Under mu, with a slot free: takes it and returns its index.
+  int take_slot() {
+    for (size_t i = 0; i < slot_busy.size(); ++i) {
+      if (!slot_busy[i]) {
+        slot_busy[i] = 1;
+        ++slots_used;
+        return static_cast<int>(i);
+      }
+    }
+    POWER_CHECK(false);
+    return -1;
+  }
+
+  ThreadPool* slot_pool(int slot) {  // the slot's owner only
+    if (opts.threads <= 1) return nullptr;
+    if (!slot_pools[slot]) slot_pools[slot] = std::make_unique<ThreadPool>(opts.threads);
+    return slot_pools[slot].get();
+  }
+
+  void free_slot(int slot) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      slot_busy[slot] = 0;
+      --slots_used;
+    }
+    cv.notify_all();
+  }
+
+  // Waits for a compute slot like reserve() waits for memory.
+  Result<int> acquire_slot(const std::string& id,
+                           const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+    std::unique_lock<std::mutex> lk(mu);
+    const int max = static_cast<int>(slot_busy.size());
+    if (slots_used < max) return take_slot();
+    if (waiting >= opts.max_waiting) {
+      stats[id].rejections["queue_full"]++;
+      return Status(StatusCode::kQueueFull,
+                    fmt::format("{} ONNX executions are already waiting", waiting));
+    }
+    ++waiting;
+    ++slot_waiters;
+    auto free = [&] { return slots_used < max; };
+    bool got = true;
+    if (deadline) {
+      got = cv.wait_until(lk, *deadline, free);
+    } else {
+      cv.wait(lk, free);
+    }
+    --waiting;
+    --slot_waiters;
+    if (!got) {
+      stats[id].rejections["deadline"]++;
+      return Status(StatusCode::kDeadlineExceeded, "waited for a compute slot until the deadline");
+    }
+    return take_slot();
+  }
+
+  // A VAD request's probabilities, its windows stacked into batches with the windows of other
+  // requests to the same model (service.h). Between steps a stream is in vad_ready; during one
+  // it is in `stepping` and only the step's leader touches it.
+  Result<std::vector<float>> vad_batched(const Loaded& m, const std::vector<float>& samples,
+                                         int sample_rate) {
+    const SileroVad vad(m.model);
+    POWER_ASSIGN_OR_RETURN(VadStream mine, SileroVad::start(samples, sample_rate));
+    if (mine.finished()) return std::vector<float>();
+    const size_t max_batch = static_cast<size_t>(std::max(1, opts.max_batch));
+    const int max_slots = static_cast<int>(slot_busy.size());
+    std::unique_lock<std::mutex> lk(mu);
+    std::deque<VadStream*>& ready = vad_ready[&m];
+    ready.push_back(&mine);
+    ++vad_streams;
+    auto queued = [&] { return std::find(ready.begin(), ready.end(), &mine) != ready.end(); };
+    Status failed;
+    while (true) {
+      // Failed, finished (neither queued nor in a step), or ready with a slot free.
+      cv.wait(lk, [&] {
+        if (stepping.count(&mine) != 0) return false;
+        return step_failures.count(&mine) != 0 || !queued() ||
+               slots_used + slot_waiters < max_slots;
+      });
+      if (auto f = step_failures.find(&mine); f != step_failures.end()) {
+        failed = f->second;
+        step_failures.erase(f);
+        break;
+      }
+      if (!queued()) break;
+      // Lead a step: this stream and others of its sample rate, at most an even share of the
+      // ready streams per free slot so that the other slots get work too.
+      const int slot = take_slot();
+      size_t same = 0;
+      for (const VadStream* s : ready) same += s->sample_rate == sample_rate;
+      const size_t shares = static_cast<size_t>(max_slots - slots_used + 1);
+      const size_t n = std::min(max_batch, (same + shares - 1) / shares);
+      std::vector<VadStream*> batch = {&mine};
+      ready.erase(std::find(ready.begin(), ready.end(), &mine));
+      for (auto it = ready.begin(); it != ready.end() && batch.size() < n;) {
+        if ((*it)->sample_rate == sample_rate) {
+          batch.push_back(*it);
+          it = ready.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (VadStream* s : batch) stepping.insert(s);
+      lk.unlock();
+      const Status st = vad.step(batch, slot_pool(slot));
+      lk.lock();
+      slot_busy[slot] = 0;
+      --slots_used;
+      stats[m.id].batch_sizes[static_cast<int>(batch.size())]++;
+      for (VadStream* s : batch) {
+        stepping.erase(s);
+        if (!st.ok()) {
+          step_failures[s] = st;
+        } else if (!s->finished()) {
+          ready.push_back(s);
+        }
+      }
+      cv.notify_all();
+    }
+    --vad_streams;
+    lk.unlock();
+    if (!failed.ok()) return failed;
+    return std::move(mine.probs);
+  }
+  std::set<const VadStream*> stepping;               // in a step now
+  std::map<const VadStream*, Status> step_failures;  // streams whose last step failed
   std::map<std::string, ServiceStats::PerModel> stats;
   std::map<std::pair<int64_t, int64_t>, uint64_t> det_plans;  // (h, w) -> planned peak
 
@@ -342,27 +488,33 @@ Result<std::unique_ptr<Service>> Service::create(
     m.files.push_back(f);
     m.weight_bytes = m.model->weight_bytes();
     // Silero's If hides shapes from shape inference (the plan is a lower bound), so the
-    // window's peak is also measured once here on silence; the larger of the two is used.
+    // window's peak is also measured once here on silence; the larger of the two is used. With
+    // microbatching, a stream reserves the larger of one window's peak and its share of a full
+    // batch's: a batch's peak grows about linearly with its size (a fixed part plus a part per
+    // window), so B streams' reservations cover any batch of B.
     const Graph& g = m.model->graph();
-    std::vector<Shape> shapes;
-    std::vector<Tensor> in;
-    for (const auto& v : g.input_info) {
-      if (v.name == "input") {
-        shapes.push_back({1, 576});
-        in.push_back(make_f32({1, 576}, std::vector<float>(576, 0.0f)));
-      } else if (v.name == "state") {
-        shapes.push_back({2, 1, 128});
-        in.push_back(make_f32({2, 1, 128}, std::vector<float>(256, 0.0f)));
-      } else {
-        shapes.push_back({});
-        in.push_back(scalar_i64(16000));
+    for (const int64_t batch : {int64_t{1}, static_cast<int64_t>(std::max(1, options.max_batch))}) {
+      std::vector<Shape> shapes;
+      std::vector<Tensor> in;
+      for (const auto& v : g.input_info) {
+        if (v.name == "input") {
+          shapes.push_back({batch, 576});
+          in.push_back(make_f32({batch, 576}, std::vector<float>(576 * batch, 0.0f)));
+        } else if (v.name == "state") {
+          shapes.push_back({2, batch, 128});
+          in.push_back(make_f32({2, batch, 128}, std::vector<float>(256 * batch, 0.0f)));
+        } else {
+          shapes.push_back({});
+          in.push_back(scalar_i64(16000));
+        }
       }
+      POWER_ASSIGN_OR_RETURN(MemoryPlan plan, m.model->plan_memory(shapes));
+      RunStats rs;
+      POWER_ASSIGN_OR_RETURN(auto out, m.model->run(in, nullptr, &rs));
+      (void)out;
+      const uint64_t peak = static_cast<uint64_t>(std::max(plan.peak_bytes, rs.peak_bytes));
+      m.plan_bytes = std::max(m.plan_bytes, (peak + static_cast<uint64_t>(batch) - 1) / batch);
     }
-    POWER_ASSIGN_OR_RETURN(MemoryPlan plan, m.model->plan_memory(shapes));
-    RunStats rs;
-    POWER_ASSIGN_OR_RETURN(auto out, m.model->run(in, nullptr, &rs));
-    (void)out;
-    m.plan_bytes = static_cast<uint64_t>(std::max(plan.peak_bytes, rs.peak_bytes));
     POWER_RETURN_IF_ERROR(add(std::move(m)));
   }
   for (const auto& spec : options.classify_models) {
@@ -423,7 +575,10 @@ Result<std::unique_ptr<Service>> Service::create(
     POWER_RETURN_IF_ERROR(add(std::move(m)));
   }
   runtime::AdmissionLimits limits;
-  limits.max_running = std::max(1, options.max_running);
+  // Memory only: the compute slots bound the executions at once.
+  limits.max_running = std::numeric_limits<int>::max();
+  impl->slot_busy.assign(static_cast<size_t>(std::max(1, options.max_running)), 0);
+  impl->slot_pools.resize(impl->slot_busy.size());
   limits.kv_pool_blocks = 0;
   if (options.budget_bytes > 0) {
     limits.budget_bytes = options.budget_bytes;
@@ -455,8 +610,9 @@ ServiceStats Service::stats() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   ServiceStats s;
   s.models = impl_->stats;
-  s.running = impl_->admission->running();
+  s.running = impl_->slots_used;
   s.waiting = impl_->waiting;
+  s.streams = impl_->vad_streams;
   s.reserved_bytes = impl_->admission->reserved_bytes();
   s.budget_bytes = impl_->admission->limits().budget_bytes;
   return s;
@@ -545,9 +701,19 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
   }
   const auto t_decoded = std::chrono::steady_clock::now();
   POWER_RETURN_IF_ERROR(im.reserve(m->id, need, req.deadline));
+  // A batched VAD request takes a slot per step (vad_batched); the others hold one throughout.
+  const bool batched = req.task == Task::kVad && im.opts.max_batch > 1;
+  int slot = -1;
+  if (!batched) {
+    auto s = im.acquire_slot(m->id, req.deadline);
+    if (!s.ok()) {
+      im.release(need);
+      return s.status();
+    }
+    slot = *s;
+  }
   const auto t_admitted = std::chrono::steady_clock::now();
-  std::unique_ptr<ThreadPool> pool;
-  if (im.opts.threads > 1) pool = std::make_unique<ThreadPool>(im.opts.threads);
+  ThreadPool* pool = slot >= 0 ? im.slot_pool(slot) : nullptr;
   ExecResult out;
   out.model = m->id;
   out.reserved_bytes = need;
@@ -555,7 +721,12 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
   json options;
   if (req.task == Task::kVad) {
     SileroVad vad(m->model);
-    auto probs = vad.probabilities(audio.samples, audio.sample_rate, pool.get());
+    auto probs = batched ? im.vad_batched(*m, audio.samples, audio.sample_rate)
+                         : vad.probabilities(audio.samples, audio.sample_rate, pool);
+    if (probs.ok() && !batched && !probs->empty()) {
+      std::lock_guard<std::mutex> lk(im.mu);
+      im.stats[m->id].batch_sizes[1] += probs->size();
+    }
     if (probs.ok()) {
       auto segs = speech_segments(*probs, static_cast<int64_t>(audio.samples.size()),
                                   audio.sample_rate, req.vad);
@@ -568,7 +739,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
                {"min_silence_ms", req.vad.min_silence_ms},
                {"speech_pad_ms", req.vad.speech_pad_ms}};
   } else if (req.task == Task::kClassify) {
-    auto r = mnist_classify(*m->model, image, pool.get());
+    auto r = mnist_classify(*m->model, image, pool);
     if (r.ok()) {
       out.result = classify_json(r->digit, r->logits);
     } else {
@@ -576,7 +747,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
     }
   } else {
     OcrOptions oo;
-    auto r = m->ocr->run(image, oo, pool.get());
+    auto r = m->ocr->run(image, oo, pool);
     if (r.ok()) {
       out.result = ocr_json(*r);
     } else {
@@ -588,6 +759,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
                {"unclip_ratio", static_cast<double>(oo.unclip_ratio)},
                {"drop_score", static_cast<double>(oo.drop_score)}};
   }
+  if (slot >= 0) im.free_slot(slot);
   im.release(need);
   {
     std::lock_guard<std::mutex> lk(im.mu);
@@ -601,6 +773,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
     body["model"] = m->model_json;
     json config = {{"task", task_name(req.task)},
                    {"threads", im.opts.threads},
+                   {"max_batch", req.task == Task::kVad ? im.opts.max_batch : 1},
                    {"kernel_isa", std::string(cpu_isa_name(cpu_isa()))},
                    {"power_version", POWER_VERSION},
                    {"options", options.is_null() ? json::object() : options},

@@ -7,10 +7,15 @@
 // intermediates (Model::plan_memory for the actual input shapes: MNIST [1,1,28,28], Silero's
 // window, OCR detection at the resized image size, OCR recognition at its widest line
 // 3072 px, the larger of the two phases) plus the decoded input and the result buffers. That
-// reservation is taken from a byte budget with at most `max_running` executions at once
-// (runtime::Admission, the generation path's bookkeeping). A request that can never fit is
-// kDoesNotFit; one that does not fit now waits (at most `max_waiting` waiters, else
-// kQueueFull) until its deadline, then kDeadlineExceeded.
+// reservation is taken from a byte budget (runtime::Admission, the generation path's
+// bookkeeping), then the execution takes one of `max_running` compute slots. A request that
+// can never fit is kDoesNotFit; one that does not fit now, or finds every slot taken, waits (at
+// most `max_waiting` waiters, else kQueueFull) until its deadline, then kDeadlineExceeded.
+// Microbatching (max_batch > 1): admitted VAD requests are streams; a request whose stream is
+// ready takes a free slot and runs the next window of up to max_batch ready streams of its
+// sample rate as one batch (SileroVad::step), then puts them back, so windows of concurrent
+// requests share model runs while each request's probabilities stay bit-identical to running
+// alone. A stream's reservation covers its share of a full batch's peak (measured at load).
 // Receipts: power.receipt.v1 with model.format "onnx" (docs/RECEIPTS.md "ONNX executions"):
 // model files' SHA-256, configuration, device, input digest (the exact request bytes) and
 // output digest (the canonical JSON of the result), signed with the runtime key.
@@ -47,6 +52,8 @@ struct ServiceOptions {
   uint64_t budget_bytes = 0;  // for intermediates and inputs; 0: the device budget
                               // (default_memory_budget_bytes()) less the loaded weights
   int threads = 1;            // compute threads per execution
+  int max_batch = 32;         // VAD windows of concurrent requests stacked into one execution
+                              // (1: each request runs alone)
   uint64_t max_input_bytes = 64ull << 20;
   std::string keys_dir;  // receipt key; empty: SigningKey::default_dir()
   bool any() const {
@@ -57,7 +64,8 @@ struct ServiceOptions {
 
 // A config-file key of `power serve` for these options ("vad_model", "classify_model",
 // "ocr_det", "ocr_rec", "ocr_keys", "ocr_id", "onnx_max_running", "onnx_max_waiting",
-// "onnx_budget_bytes", "onnx_threads"); *handled false when the key is not one of them.
+// "onnx_budget_bytes", "onnx_threads", "onnx_max_batch"); *handled false when the key is not one
+// of them.
 Status apply_config_key(const std::string& key, const nlohmann::json& value, ServiceOptions* o,
                         bool* handled);
 
@@ -90,10 +98,13 @@ struct ServiceStats {
     uint64_t failures = 0;    // admitted, then failed (bad input found while running)
     std::map<std::string, uint64_t> rejections;  // "does_not_fit", "queue_full", "deadline",
                                                  // "invalid_input"
+    // VAD: model runs by the number of windows they stacked (1 when a window ran alone).
+    std::map<int, uint64_t> batch_sizes;
   };
   std::map<std::string, PerModel> models;
-  int running = 0;
-  int waiting = 0;
+  int running = 0;  // executions on a compute slot (a batched VAD step counts once)
+  int waiting = 0;  // executions waiting for memory or a compute slot
+  int streams = 0;  // VAD requests being stepped in batches
   uint64_t reserved_bytes = 0;
   uint64_t budget_bytes = 0;
 };

@@ -183,16 +183,42 @@ std::string onnx_metrics_text(const onnx::Service& service) {
                          label(id), reason, it == pm.rejections.end() ? 0 : it->second);
     }
   }
+  out +=
+      "# HELP power_onnx_batch_size VAD windows per model run (concurrent requests' windows are "
+      "stacked; 1 when a window ran alone).\n"
+      "# TYPE power_onnx_batch_size histogram\n";
+  for (const auto& [id, pm] : st.models) {
+    if (task_of(id) != "vad") continue;
+    uint64_t count = 0, sum = 0;
+    for (const auto& [size, n] : pm.batch_sizes) {
+      count += n;
+      sum += static_cast<uint64_t>(size) * n;
+    }
+    for (const int le : {1, 2, 4, 8, 16, 32, 64}) {
+      uint64_t below = 0;
+      for (const auto& [size, n] : pm.batch_sizes)
+        if (size <= le) below += n;
+      out += fmt::format("power_onnx_batch_size_bucket{{model=\"{}\",le=\"{}\"}} {}\n", label(id),
+                         le, below);
+    }
+    out += fmt::format("power_onnx_batch_size_bucket{{model=\"{}\",le=\"+Inf\"}} {}\n", label(id),
+                       count);
+    out += fmt::format("power_onnx_batch_size_sum{{model=\"{}\"}} {}\n", label(id), sum);
+    out += fmt::format("power_onnx_batch_size_count{{model=\"{}\"}} {}\n", label(id), count);
+  }
   out += fmt::format(
-      "# HELP power_onnx_running ONNX executions holding a memory reservation.\n"
+      "# HELP power_onnx_running ONNX executions on a compute slot (a batched VAD step counts "
+      "once).\n"
       "# TYPE power_onnx_running gauge\npower_onnx_running {}\n"
-      "# HELP power_onnx_waiting ONNX executions waiting for memory.\n"
+      "# HELP power_onnx_waiting ONNX executions waiting for memory or a compute slot.\n"
       "# TYPE power_onnx_waiting gauge\npower_onnx_waiting {}\n"
-      "# HELP power_onnx_reserved_bytes Bytes reserved by running ONNX executions.\n"
+      "# HELP power_onnx_vad_streams VAD requests being run in batched steps.\n"
+      "# TYPE power_onnx_vad_streams gauge\npower_onnx_vad_streams {}\n"
+      "# HELP power_onnx_reserved_bytes Bytes reserved by admitted ONNX executions.\n"
       "# TYPE power_onnx_reserved_bytes gauge\npower_onnx_reserved_bytes {}\n"
       "# HELP power_onnx_budget_bytes The ONNX executions' memory budget.\n"
       "# TYPE power_onnx_budget_bytes gauge\npower_onnx_budget_bytes {}\n",
-      st.running, st.waiting, st.reserved_bytes, st.budget_bytes);
+      st.running, st.waiting, st.streams, st.reserved_bytes, st.budget_bytes);
   return out;
 }
 

@@ -413,9 +413,12 @@ TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   }
   // One execution at a time, one waiter, 1 s queue timeout: while a long VAD runs, of two
   // classify requests one waits and times out (503), the other finds the queue full (429).
+  // (--onnx-max-batch 1: the VAD request holds its slot to the end; batched, it would give
+  // the slot to the waiting requests between windows, BatchedVadGivesWayBetweenWindows.)
   ServerOptions o = onnx_options(temp_keys_dir());
   o.onnx.max_running = 1;
   o.onnx.max_waiting = 1;
+  o.onnx.max_batch = 1;
   o.queue_timeout_s = 1;
   // The blocker: 12 minutes of audio (23 MB, over the default body limit), 22,500 windows,
   // seconds of compute at ~0.1 ms each, longer than the two requests' 1 s queue timeout.
@@ -460,6 +463,116 @@ TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   // Afterwards the budget is free again.
   RawReply after = post_bytes(port, "/v1/classify", nine, "image/bmp");
   EXPECT_EQ(after.status, 200) << after.body;
+}
+
+// Pieces of test.wav at different offsets and lengths (requests that end at different steps).
+std::vector<std::string> vad_clips(int count) {
+  auto a = onnx::load_audio(audio_dir() + "test.wav");
+  EXPECT_TRUE(a.ok());
+  std::vector<std::string> out;
+  if (!a.ok()) return out;
+  for (int k = 0; k < count; ++k) {
+    const size_t off = static_cast<size_t>(k) * 29989 % (a->samples.size() - 64000);
+    const size_t len = 16000 + 12000 * static_cast<size_t>(k % 4) + static_cast<size_t>(k) * 101;
+    std::vector<int16_t> s;
+    for (size_t i = off; i < off + len; ++i)
+      s.push_back(static_cast<int16_t>(std::lround(a->samples[i] * 32768.0f)));
+    out.push_back(make_wav(s, 16000, 1));
+  }
+  return out;
+}
+
+// 32 concurrent VAD requests have their windows stacked into batches (--onnx-max-batch,
+// default 32) and each gets the body it gets from a server that runs every request alone
+// (--onnx-max-batch 1), byte for byte; /metrics shows the batch sizes.
+TEST(OnnxHttp, ConcurrentVadRequestsAreBatchedWithTheirSoloAnswers) {
+  REQUIRE_MODELS();
+  const std::vector<std::string> clips = vad_clips(32);
+  ASSERT_EQ(clips.size(), 32u);
+  std::vector<std::string> solo(clips.size());
+  {
+    ServerOptions o = onnx_options(temp_keys_dir());
+    ASSERT_TRUE(apply_config_json(json{{"onnx_max_batch", 1}}, &o).ok());
+    ASSERT_EQ(o.onnx.max_batch, 1);
+    InProcessServer srv;
+    ASSERT_TRUE(srv.start(o).ok());
+    for (size_t i = 0; i < clips.size(); ++i) {
+      RawReply r = post_bytes(srv.port(), "/v1/audio/vad", clips[i], "audio/wav");
+      ASSERT_EQ(r.status, 200) << r.body;
+      solo[i] = r.body;
+    }
+    const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+    const std::string series = "power_onnx_batch_size_bucket{model=\"silero_vad_16k_op15\",le=";
+    EXPECT_EQ(metric(m, series + "\"1\"}"), metric(m, series + "\"+Inf\"}"));
+  }
+  ServerOptions o = onnx_options(temp_keys_dir());
+  ASSERT_EQ(o.onnx.max_batch, 32);
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  std::vector<RawReply> got(clips.size());
+  std::vector<std::thread> callers;
+  std::atomic<int> at_start{0};
+  for (size_t i = 0; i < clips.size(); ++i) {
+    callers.emplace_back([&, i] {
+      at_start++;
+      while (at_start.load() < static_cast<int>(clips.size())) std::this_thread::yield();
+      got[i] = post_bytes(srv.port(), "/v1/audio/vad", clips[i], "audio/wav");
+    });
+  }
+  for (auto& t : callers) t.join();
+  size_t with_speech = 0;
+  for (size_t i = 0; i < clips.size(); ++i) {
+    ASSERT_EQ(got[i].status, 200) << "request " << i << ": " << got[i].head << got[i].body;
+    EXPECT_EQ(got[i].body, solo[i]) << "request " << i;
+    with_speech += !json::parse(got[i].body)["segments"].empty();
+  }
+  EXPECT_GT(with_speech, 0u);  // the answers are not all silence
+  const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+  const std::string series = "power_onnx_batch_size_bucket{model=\"silero_vad_16k_op15\",le=";
+  const uint64_t all = metric(m, series + "\"+Inf\"}");
+  const uint64_t sum = metric(m, "power_onnx_batch_size_sum{model=\"silero_vad_16k_op15\"}");
+  ASSERT_GT(all, 0u);
+  EXPECT_LT(metric(m, series + "\"1\"}"), all);   // some runs stacked several windows
+  EXPECT_EQ(metric(m, series + "\"32\"}"), all);  // none more than --onnx-max-batch
+  // Every window of every request ran exactly once.
+  uint64_t windows = 0;
+  for (const std::string& b : solo) windows += json::parse(b)["probs"].size();
+  EXPECT_EQ(sum, windows);
+  EXPECT_EQ(metric(m, "power_onnx_vad_streams"), 0u);
+  EXPECT_EQ(metric(m, "power_onnx_running"), 0u);
+  EXPECT_EQ(metric(m, "power_onnx_reserved_bytes"), 0u);
+  std::printf("32 concurrent VAD requests: %llu windows in %llu model runs\n",
+              static_cast<unsigned long long>(sum), static_cast<unsigned long long>(all));
+}
+
+// With one compute slot, a batched VAD request gives the slot up between windows: a classify
+// request sent while a long VAD request runs is answered before the VAD request ends.
+TEST(OnnxHttp, BatchedVadGivesWayBetweenWindows) {
+  REQUIRE_MODELS();
+  ServerOptions o = onnx_options(temp_keys_dir());
+  o.onnx.max_running = 1;
+  o.max_body_bytes = 32ull << 20;
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  const int port = srv.port();
+  const std::string blocker = long_wav(8);
+  RawReply long_reply;
+  std::thread t([&] { long_reply = post_bytes(port, "/v1/audio/vad", blocker, "audio/wav"); });
+  bool streaming = false;
+  for (int i = 0; i < 600 && !streaming; ++i) {
+    streaming = metric(http_test::get_raw(port, "/metrics").body, "power_onnx_vad_streams") == 1;
+    if (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  RawReply c =
+      post_bytes(port, "/v1/classify", slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp");
+  const bool still =
+      metric(http_test::get_raw(port, "/metrics").body, "power_onnx_vad_streams") == 1;
+  t.join();
+  ASSERT_TRUE(streaming) << "the long VAD request never showed as a stream";
+  EXPECT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(json::parse(c.body)["class"], 9);
+  EXPECT_TRUE(still) << "the VAD request ended before the classify request was answered";
+  EXPECT_EQ(long_reply.status, 200);
 }
 
 TEST(OnnxHttp, ConfigKeysAndModelList) {
