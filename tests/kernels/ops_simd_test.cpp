@@ -97,11 +97,12 @@ std::vector<const T*> row_pointers(const std::vector<std::vector<T>>& rows, size
   return out;
 }
 
-// The row-by-column forms (blocks of 4 rows x 2 columns for the dot, 4 rows x 16 values for
-// the axpy) give, entry by entry, what one dot_f32 times the scale per (row, column) and one
-// axpy_f32 per column in ascending order give, under every ISA: row counts around the block of
-// four, 1 to 5 columns (pairs and a single one), lengths around 8 and 16, strides wider than
-// the rows; entries outside the rows and columns stay untouched.
+// The row-by-column forms (blocks of 4 rows x 2 columns for the dot, 4 x 4 with AVX-512, 4 rows
+// x 16 values for the axpy) give, entry by entry, what one dot_f32 times the scale per (row,
+// column) and one axpy_f32 per column in ascending order give, under every ISA: row counts
+// around the block of four, 1 to 9 columns (blocks of four, pairs and a single one), lengths
+// around 8 and 16, strides wider than the rows; entries outside the rows and columns stay
+// untouched.
 TEST(OpsSimd, ColumnFormsEqualOneDotAtATime) {
   const std::vector<CpuIsa> isas = all_isas_here();
   std::mt19937 rng(5);
@@ -109,7 +110,7 @@ TEST(OpsSimd, ColumnFormsEqualOneDotAtATime) {
     IsaScope s(isa);
     ASSERT_TRUE(s.ok());
     for (int64_t rows : {1, 3, 4, 5, 8, 11}) {
-      for (int64_t cols : {1, 2, 3, 5}) {
+      for (int64_t cols : {1, 2, 3, 4, 5, 7, 9}) {
         for (int64_t n : {5, 8, 16, 24, 64, 67}) {
           SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " rows=" + std::to_string(rows) +
                        " cols=" + std::to_string(cols) + " n=" + std::to_string(n));
@@ -271,13 +272,13 @@ TEST(OpsSimd, ArgmaxGivesThePortableIndex) {
 
 // dot_f16_cols / axpy_f16_cols (attention against F16 KV rows) give the bits of converting the
 // rows with f16_to_f32_row and calling the f32 forms, on every path: 1 to 9 query rows (blocks
-// of 4 and the rest), 1 to 3 columns, odd lengths, rows starting at odd addresses.
+// of 4 and the rest), 1 to 6 columns, odd lengths, rows starting at odd addresses.
 TEST(OpsSimd, F16RowOpsGiveTheConvertedRowsBits) {
   std::mt19937 rng(13);
   const std::vector<CpuIsa> isas = all_isas_here();
   for (int64_t n : {1, 7, 8, 9, 16, 64, 65, 128, 131}) {
     for (int64_t rows : {1, 3, 4, 5, 9}) {
-      for (int64_t cols : {1, 2, 3}) {
+      for (int64_t cols : {1, 2, 3, 4, 6}) {
         std::vector<float> a = random_row(rng, rows * (n + 1) + 1, 1.0f);
         // One byte of slack so each half row can start at an odd address.
         std::vector<std::vector<uint8_t>> half;

@@ -82,6 +82,11 @@ __attribute__((target("avx2,f16c,fma"))) void axpy_avx2(float* y, float a, const
 // come out in one vector (rows by columns), scaled with one multiply.
 #define POWER_UNROLL_ROWS _Pragma("GCC unroll 4")
 template <class B, int C>
+__attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_finish_avx2(
+    const __m256 (&acc)[4][C], const float* a, int64_t lda, const typename B::T* const* b,
+    int64_t i, int64_t n, float scale, float* out, int64_t ldo);
+
+template <class B, int C>
 __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_avx2(
     const float* a, int64_t lda, const typename B::T* const* b, int64_t n, float scale, float* out,
     int64_t ldo) {
@@ -104,6 +109,14 @@ __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_av
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(va, vb[c], acc[r][c]);
     }
   }
+  dot4_cols_finish_avx2<B, C>(acc, a, lda, b, i, n, scale, out, ldo);
+}
+
+// The 4 x C chains' fold (elements [0, i) are in acc), the tail from element i, the scale.
+template <class B, int C>
+__attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_finish_avx2(
+    const __m256 (&acc)[4][C], const float* a, int64_t lda, const typename B::T* const* b,
+    int64_t i, int64_t n, float scale, float* out, int64_t ldo) {
   alignas(32) float sum[8];
   if constexpr (C == 2) {
     // Chains in the order (r0c0, r0c1, r1c0, r1c1, ..): the result vector is that order too.
@@ -145,17 +158,61 @@ __attribute__((target("avx2,f16c,fma"), always_inline)) inline void dot4_cols_av
   }
 }
 
+// Four rows against four columns with AVX-512: each zmm holds two columns' 8 lanes (column c
+// in the low half, c + 1 in the high half) against the row's 8 elements broadcast to both
+// halves, so every (row, column) keeps dot_avx2's 8 chains and the halves are folded by
+// dot4_cols_finish_avx2: the bits of the AVX2 tiles, with half the FMA instructions.
+// (AVX-512F moves only: the 256-bit halves go in and out as f64x4, the same bits.)
+__attribute__((target("avx512f,avx2"), always_inline)) inline __m512 halves512(__m256 lo,
+                                                                               __m256 hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+template <class B>
+__attribute__((target("avx512f,avx512vl,avx2,f16c,fma"))) void dot4x4_cols_avx512(
+    const float* a, int64_t lda, const typename B::T* const* b, int64_t n, float scale, float* out,
+    int64_t ldo) {
+  __m512 acc[4][2];
+  POWER_UNROLL_ROWS
+  for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512 b01 = halves512(B::load8(b[0], i), B::load8(b[1], i));
+    const __m512 b23 = halves512(B::load8(b[2], i), B::load8(b[3], i));
+    POWER_UNROLL_ROWS
+    for (int r = 0; r < 4; ++r) {
+      const __m512 va = _mm512_castpd_ps(
+          _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(a + r * lda + i))));
+      acc[r][0] = _mm512_fmadd_ps(va, b01, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(va, b23, acc[r][1]);
+    }
+  }
+  for (int p = 0; p < 2; ++p) {
+    __m256 half[4][2];
+    POWER_UNROLL_ROWS
+    for (int r = 0; r < 4; ++r) {
+      half[r][0] = _mm512_castps512_ps256(acc[r][p]);
+      half[r][1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][p]), 1));
+    }
+    dot4_cols_finish_avx2<B, 2>(half, a, lda, b + 2 * p, i, n, scale, out + 2 * p, ldo);
+  }
+}
+
 template <class B>
 __attribute__((target("avx2,f16c,fma"))) void dot_cols_avx2(const float* a, int64_t rows,
                                                             int64_t lda,
                                                             const typename B::T* const* b,
                                                             int64_t cols, int64_t n, float scale,
                                                             float* out, int64_t ldo) {
+  const bool avx512 = cpu_isa() == CpuIsa::kAvx512;
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     const float* ar = a + r * lda;
     float* o = out + r * ldo;
     int64_t c = 0;
+    if (avx512)
+      for (; c + 4 <= cols; c += 4) dot4x4_cols_avx512<B>(ar, lda, b + c, n, scale, o + c, ldo);
     for (; c + 2 <= cols; c += 2) dot4_cols_avx2<B, 2>(ar, lda, b + c, n, scale, o + c, ldo);
     if (c < cols) dot4_cols_avx2<B, 1>(ar, lda, b + c, n, scale, o + c, ldo);
   }
