@@ -80,13 +80,27 @@ void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const
 // C[i, j] (+)= dot(A[i, :], B[j, :]) for a few rows of A against B stored [N, K] (A * B^T
 // without transposing B: an LSTM step's h * R^T, a Gemm with transB and one row), with the
 // kernels layer's dot product.
+// Each output has the bits of dot_f32 (dot_f32_cols' 4-row x 2-column tiles load each row of
+// B once per 4 rows of A), so a row's results do not depend on M.
 void gemm_nt_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                   int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const float sum = dot_f32(A + i * lda, B + j * ldb, K);
-      C[i * ldc + j] = accumulate ? C[i * ldc + j] + sum : sum;
+  constexpr int64_t kCols = 256;  // B rows per dot_f32_cols call
+  const float* cols[kCols];
+  float sums[4 * kCols];
+  for (int64_t j0 = 0; j0 < N; j0 += kCols) {
+    const int64_t nc = std::min(kCols, N - j0);
+    for (int64_t j = 0; j < nc; ++j) cols[j] = B + (j0 + j) * ldb;
+    if (!accumulate) {
+      dot_f32_cols(A, M, lda, cols, nc, K, 1.0f, C + j0, ldc);
+      continue;
     }
+    for (int64_t i0 = 0; i0 < M; i0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, M - i0);
+      dot_f32_cols(A + i0 * lda, nr, lda, cols, nc, K, 1.0f, sums, kCols);
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t j = 0; j < nc; ++j) C[(i0 + i) * ldc + j0 + j] += sums[i * kCols + j];
+    }
+  }
 }
 
 // Products with a few output columns (a 1-D convolution over a short window: Silero VAD's
