@@ -430,29 +430,54 @@ Status op_pad(const Node& n, const Ins& in, Outs& out, OpContext&) {
     }
   }
   auto xst = strides_of(x.shape);
-  int64_t total = shape_numel(s);
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t o = 0; o < total; ++o) {
+  const int64_t total = shape_numel(s);
+  const int kind = mode == "constant" ? 0 : mode == "edge" ? 1 : 2;  // else reflect
+  // The input index along axis d that output index o reads, or -1 where the constant goes.
+  auto source = [&](int64_t d, int64_t o) -> int64_t {
+    int64_t i = o - pads[d];
+    const int64_t dim = x.shape[d];
+    if (i >= 0 && i < dim) return i;
+    if (kind == 0) return -1;
+    if (kind == 1) return std::clamp<int64_t>(i, 0, dim - 1);
+    if (dim == 1) return 0;
+    while (i < 0 || i >= dim) i = i < 0 ? -i : 2 * (dim - 1) - i;
+    return i;
+  };
+  if (total == 0) return Status();
+  uint8_t* dst = out[0].buf->data();
+  const uint8_t* src = x.buf->data();
+  if (r == 0) {
+    std::memcpy(dst, src, es);
+    return Status();
+  }
+  // Row by row along the last axis: the rows' inside run is one copy, the padding element by
+  // element.
+  const int64_t W = s[r - 1], last = r - 1;
+  const int64_t in_lo = std::clamp<int64_t>(pads[last], 0, W);
+  const int64_t in_hi = std::clamp<int64_t>(pads[last] + x.shape[last], in_lo, W);
+  std::vector<int64_t> idx(static_cast<size_t>(last), 0);
+  for (int64_t row = 0; row < total / W; ++row, dst += W * es) {
     int64_t off = 0;
     bool inside = true;
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t i = idx[d] - pads[d];
-      int64_t dim = x.shape[d];
-      if (i < 0 || i >= dim) {
-        if (mode == "constant") {
-          inside = false;
-          break;
-        } else if (mode == "edge") {
-          i = std::clamp<int64_t>(i, 0, dim - 1);
-        } else {
-          if (dim == 1) i = 0;
-          while (i < 0 || i >= dim) i = i < 0 ? -i : 2 * (dim - 1) - i;
-        }
-      }
+    for (int64_t d = 0; d < last && inside; ++d) {
+      const int64_t i = source(d, idx[d]);
+      inside = i >= 0;
       off += i * xst[d];
     }
-    std::memcpy(out[0].buf->data() + o * es, inside ? x.buf->data() + off * es : fill.data(), es);
-    for (int64_t d = r - 1; d >= 0; --d) {
+    if (!inside) {
+      for (int64_t o = 0; o < W; ++o) std::memcpy(dst + o * es, fill.data(), es);
+    } else {
+      const uint8_t* xr = src + off * es;
+      if (in_hi > in_lo)
+        std::memcpy(dst + in_lo * es, xr + (in_lo - pads[last]) * es, (in_hi - in_lo) * es);
+      for (int64_t o = 0; o < W; ++o) {
+        if (o == in_lo) o = std::max(o, in_hi);
+        if (o >= W) break;
+        const int64_t i = source(last, o);
+        std::memcpy(dst + o * es, i >= 0 ? xr + i * es : fill.data(), es);
+      }
+    }
+    for (int64_t d = last - 1; d >= 0; --d) {
       if (++idx[d] < s[d]) break;
       idx[d] = 0;
     }

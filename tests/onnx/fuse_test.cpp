@@ -717,5 +717,72 @@ TEST(OnnxFuse, MnistAndSileroGiveTheSameBits) {
   expect_model_fuses(power::testing::silero_model(), {}, 4);
 }
 
+// Pad copies each row's inside run at once and fills the padding around it: against an index
+// by index reference (numpy.pad's rules) for the three modes, on 1-D to 3-D shapes with pads of
+// -1 to 3 on each side (negative pads crop), including rows that are all padding.
+TEST(OnnxPad, RowCopiesMatchAnIndexByIndexReference) {
+  std::mt19937 rng(17);
+  const std::vector<std::vector<int64_t>> shapes = {{7}, {4, 6}, {1, 5}, {2, 3, 5}, {3, 1, 4}};
+  for (const std::string mode : {"constant", "edge", "reflect"}) {
+    for (const auto& shape : shapes) {
+      for (int trial = 0; trial < 6; ++trial) {
+        const int64_t r = static_cast<int64_t>(shape.size());
+        std::vector<int64_t> pads(static_cast<size_t>(2 * r));
+        for (int64_t d = 0; d < 2 * r; ++d) {
+          const int64_t dim = shape[static_cast<size_t>(d % r)];
+          const int64_t hi = mode == "reflect" ? std::min<int64_t>(3, dim - 1) : 3;
+          const int64_t lo = mode == "constant" && dim >= 3 ? -1 : 0;
+          pads[d] = std::uniform_int_distribution<int64_t>(lo, std::max(lo, hi))(rng);
+        }
+        SCOPED_TRACE(mode + " trial " + std::to_string(trial) + " rank " + std::to_string(r));
+        int64_t n = 1;
+        for (int64_t v : shape) n *= v;
+        GraphBuilder b(2);
+        b.input("x", shape);
+        auto* node = b.node("Pad", {"x"}, "y");
+        GraphBuilder::attr_ints(node, "pads", pads);
+        GraphBuilder::attr_f(node, "value", 2.5f);
+        auto* m = node->add_attribute();
+        m->set_name("mode");
+        m->set_type(::onnx::AttributeProto::STRING);
+        m->set_s(mode);
+        b.output("y");
+        const std::string bytes = b.bytes();
+        auto model = Model::load_bytes(bytes.data(), bytes.size());
+        ASSERT_TRUE(model.ok()) << model.status().to_string();
+        const std::vector<float> x = random_floats(static_cast<size_t>(n), -1.0f, 1.0f, 3);
+        auto out = (*model)->run({make_f32(Shape(shape.begin(), shape.end()), x)});
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        Shape os(static_cast<size_t>(r));
+        for (int64_t d = 0; d < r; ++d) os[d] = shape[d] + pads[d] + pads[d + r];
+        ASSERT_EQ((*out)[0].shape, os);
+        int64_t total = 1;
+        for (int64_t v : os) total *= v;
+        const float* y = (*out)[0].data<float>();
+        std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+        for (int64_t o = 0; o < total; ++o) {
+          int64_t off = 0;
+          bool inside = true;
+          for (int64_t d = 0; d < r; ++d) {
+            const int64_t dim = shape[d];
+            int64_t i = idx[d] - pads[d];
+            if (i < 0 || i >= dim) {
+              if (mode == "constant") inside = false;
+              if (mode == "edge") i = i < 0 ? 0 : dim - 1;
+              if (mode == "reflect") i = i < 0 ? -i : 2 * (dim - 1) - i;
+            }
+            off = off * dim + i;
+          }
+          ASSERT_EQ(y[o], inside ? x[static_cast<size_t>(off)] : 2.5f) << "element " << o;
+          for (int64_t d = r - 1; d >= 0; --d) {
+            if (++idx[d] < os[d]) break;
+            idx[d] = 0;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace power::onnx
