@@ -589,6 +589,12 @@ TEST(OnnxHttp, ConfigKeysAndModelList) {
   EXPECT_EQ(o.onnx.threads, 2);
   EXPECT_FALSE(apply_config_json(json{{"onnx_max_running", "two"}}, &o).ok());
   EXPECT_FALSE(apply_config_json(json{{"onnx_nonsense", 1}}, &o).ok());
+  for (const json& bad_batch : {json(0), json(1025), json("8"), json(2.5)}) {
+    auto st = apply_config_json(json{{"onnx_max_batch", bad_batch}}, &o);
+    EXPECT_FALSE(st.ok()) << bad_batch;
+    if (!st.ok()) EXPECT_NE(st.message().find("onnx_max_batch"), std::string::npos);
+  }
+  EXPECT_EQ(o.onnx.max_batch, 32);
   o.onnx.keys_dir = temp_keys_dir();
   InProcessServer srv;
   ASSERT_TRUE(srv.start(o).ok());
