@@ -395,6 +395,15 @@ TEST(OnnxHttp, BadBodiesAreClearErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(metric(m, "power_onnx_rejections_total{model=\"mnist\",reason=\"invalid_input\"}"), 2u);
 }
 
+// Polls /metrics for up to 6 s until `series` shows `value`.
+bool wait_for_metric(int port, const std::string& series, uint64_t value) {
+  for (int i = 0; i < 600; ++i) {
+    if (metric(http_test::get_raw(port, "/metrics").body, series) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   REQUIRE_MODELS();
   {
@@ -429,11 +438,7 @@ TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   const std::string blocker = long_wav(12);
   RawReply long_reply;
   std::thread t([&] { long_reply = post_bytes(port, "/v1/audio/vad", blocker, "audio/wav"); });
-  bool running = false;
-  for (int i = 0; i < 600 && !running; ++i) {
-    running = metric(http_test::get_raw(port, "/metrics").body, "power_onnx_running") == 1;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool running = wait_for_metric(port, "power_onnx_running", 1);
   if (!running) {
     t.join();
     FAIL() << "the long VAD request never showed as running";
@@ -558,11 +563,7 @@ TEST(OnnxHttp, BatchedVadGivesWayBetweenWindows) {
   const std::string blocker = long_wav(8);
   RawReply long_reply;
   std::thread t([&] { long_reply = post_bytes(port, "/v1/audio/vad", blocker, "audio/wav"); });
-  bool streaming = false;
-  for (int i = 0; i < 600 && !streaming; ++i) {
-    streaming = metric(http_test::get_raw(port, "/metrics").body, "power_onnx_vad_streams") == 1;
-    if (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool streaming = wait_for_metric(port, "power_onnx_vad_streams", 1);
   RawReply c =
       post_bytes(port, "/v1/classify", slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp");
   const bool still =
