@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "onnx/service.h"
 
 using namespace power::onnx;
@@ -34,8 +36,13 @@ struct Round {
   bool same = true;
 };
 
-Round run(const std::string& model, const std::string& wav, int max_batch, int callers,
-          int requests, int max_running, int threads, const std::string& want) {
+[[noreturn]] void die(const power::Status& st) {
+  std::fprintf(stderr, "%s\n", st.to_string().c_str());
+  std::exit(1);
+}
+
+std::unique_ptr<Service> make_service(const std::string& model, int max_batch, int max_running,
+                                      int threads) {
   ServiceOptions o;
   o.vad_models = {model};
   o.max_batch = max_batch;
@@ -43,10 +50,23 @@ Round run(const std::string& model, const std::string& wav, int max_batch, int c
   o.threads = threads;
   o.max_waiting = 1 << 20;
   auto svc = Service::create(o, nullptr);
-  if (!svc.ok()) {
-    std::fprintf(stderr, "%s\n", svc.status().to_string().c_str());
-    std::exit(1);
-  }
+  if (!svc.ok()) die(svc.status());
+  return std::move(*svc);
+}
+
+// One VAD request's result object.
+nlohmann::json vad_once(Service& svc, const std::string& wav) {
+  ExecRequest req;
+  req.task = Task::kVad;
+  req.input = wav;
+  auto res = svc.execute(req);
+  if (!res.ok()) die(res.status());
+  return std::move(res->result);
+}
+
+Round run(const std::string& model, const std::string& wav, int max_batch, int callers,
+          int requests, int max_running, int threads, const std::string& want) {
+  const std::unique_ptr<Service> svc = make_service(model, max_batch, max_running, threads);
   std::atomic<int> ready{0};
   std::atomic<bool> same{true};
   std::atomic<size_t> windows{0};
@@ -57,16 +77,9 @@ Round run(const std::string& model, const std::string& wav, int max_batch, int c
       ready++;
       while (ready.load() < callers) std::this_thread::yield();
       for (int r = 0; r < requests; ++r) {
-        ExecRequest req;
-        req.task = Task::kVad;
-        req.input = wav;
-        auto res = (*svc)->execute(req);
-        if (!res.ok()) {
-          std::fprintf(stderr, "%s\n", res.status().to_string().c_str());
-          std::exit(1);
-        }
-        windows += res->result["probs"].size();
-        if (!want.empty() && res->result.dump() != want) same = false;
+        const nlohmann::json result = vad_once(*svc, wav);
+        windows += result["probs"].size();
+        if (result.dump() != want) same = false;
       }
     });
   }
@@ -91,22 +104,7 @@ int main(int argc, char** argv) {
   const int max_running = argc > 6 ? std::atoi(argv[6]) : 2;
   const int threads = argc > 7 ? std::atoi(argv[7]) : 1;
   // The solo answer, for the comparison.
-  std::string want;
-  {
-    ServiceOptions o;
-    o.vad_models = {model};
-    o.max_batch = 1;
-    auto svc = Service::create(o, nullptr);
-    ExecRequest req;
-    req.task = Task::kVad;
-    req.input = wav;
-    auto r = svc.ok() ? (*svc)->execute(req) : power::Result<ExecResult>(svc.status());
-    if (!r.ok()) {
-      std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
-      return 1;
-    }
-    want = r->result.dump();
-  }
+  const std::string want = vad_once(*make_service(model, 1, 1, 1), wav).dump();
   std::printf("%d callers x %d requests, max_running %d, threads %d\n", callers, requests,
               max_running, threads);
   std::vector<double> ratios;

@@ -225,6 +225,8 @@ struct Service::Impl {
   int slot_waiters = 0;
   // VAD streams between batched steps, by model (each request's thread waits on its own).
   std::map<const Loaded*, std::deque<VadStream*>> vad_ready;
+  std::set<const VadStream*> stepping;               // in a step now
+  std::map<const VadStream*, Status> step_failures;  // streams whose last step failed
   int vad_streams = 0;
 
   // Under mu, with a slot free: takes it and returns its index.
@@ -246,11 +248,16 @@ struct Service::Impl {
     return slot_pools[slot].get();
   }
 
+  // Under mu.
+  void put_slot(int slot) {
+    slot_busy[slot] = 0;
+    --slots_used;
+  }
+
   void free_slot(int slot) {
     {
       std::lock_guard<std::mutex> lk(mu);
-      slot_busy[slot] = 0;
-      --slots_used;
+      put_slot(slot);
     }
     cv.notify_all();
   }
@@ -334,8 +341,7 @@ struct Service::Impl {
       lk.unlock();
       const Status st = vad.step(batch, slot_pool(slot));
       lk.lock();
-      slot_busy[slot] = 0;
-      --slots_used;
+      put_slot(slot);
       stats[m.id].batch_sizes[static_cast<int>(batch.size())]++;
       for (VadStream* s : batch) {
         stepping.erase(s);
@@ -352,8 +358,6 @@ struct Service::Impl {
     if (!failed.ok()) return failed;
     return std::move(mine.probs);
   }
-  std::set<const VadStream*> stepping;               // in a step now
-  std::map<const VadStream*, Status> step_failures;  // streams whose last step failed
   std::map<std::string, ServiceStats::PerModel> stats;
   std::map<std::pair<int64_t, int64_t>, uint64_t> det_plans;  // (h, w) -> planned peak
 

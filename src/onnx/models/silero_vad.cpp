@@ -66,10 +66,11 @@ Status SileroVad::step(const std::vector<VadStream*>& streams, ThreadPool* pool)
       std::copy(s.state.begin() + l * 128, s.state.begin() + (l + 1) * 128,
                 state.begin() + (l * B + b) * 128);
   }
+  const Tensor xt = make_f32({B, row}, std::move(x));
   std::vector<Tensor> in(3);
   for (size_t i = 0; i < g.input_info.size(); ++i) {
     const std::string& name = g.input_info[i].name;
-    in[i] = name == "input"   ? make_f32({B, row}, std::move(x))
+    in[i] = name == "input"   ? xt
             : name == "state" ? make_f32({2, B, 128}, std::move(state))
                               : scalar_i64(rate);
   }
@@ -86,12 +87,9 @@ Status SileroVad::step(const std::vector<VadStream*>& streams, ThreadPool* pool)
     s.probs.push_back(p[b]);
     for (int l = 0; l < 2; ++l)
       std::copy(st + (l * B + b) * 128, st + (l * B + b + 1) * 128, s.state.begin() + l * 128);
-    // The next window's context: the last samples of this one's input row, padding included.
-    const size_t n = std::min<size_t>(window, s.samples->size() - s.pos);
-    for (int k = 0; k < context; ++k) {
-      const size_t at = static_cast<size_t>(window - context + k);  // within the window
-      s.context[k] = at < n ? (*s.samples)[s.pos + at] : 0.0f;
-    }
+    // The next window's context: the end of this one's input row, padding included.
+    const float* r = xt.data<float>() + (b + 1) * row - context;
+    std::copy(r, r + context, s.context.begin());
     s.pos += window;
   }
   return Status();
