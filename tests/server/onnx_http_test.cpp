@@ -314,6 +314,7 @@ TEST(OnnxHttp, ReceiptVerifiesAndBindsModelInputAndOutput) {
   EXPECT_EQ(rj["input"]["sha256"], sha256_hex(wav));
   EXPECT_EQ(rj["input"]["sample_rate"], 16000);
   EXPECT_EQ(rj["config"]["threads"], 1);
+  EXPECT_EQ(rj["config"]["max_batch"], 32);  // --onnx-max-batch's default
   EXPECT_EQ(rj["output"]["sha256"], sha256_hex(receipt::canonical_json(result).value()));
 
   // Another input, another output, another model file: each check fails on its own.
