@@ -839,6 +839,88 @@ struct Loader {
   }
 };
 
+// LoadOptions::batch_inputs, on the parsed graph before it is loaded. Returns how many
+// Reshape shapes were rewritten.
+Result<int> free_leading_dim(::onnx::GraphProto& gp) {
+  std::unordered_map<std::string, const ::onnx::TensorProto*> constant_tensors;
+  std::unordered_set<std::string> constant;  // values computed from constants only
+  for (const auto& t : gp.initializer()) {
+    constant_tensors[t.name()] = &t;
+    constant.insert(t.name());
+  }
+  auto make_batch = [](::onnx::ValueInfoProto& v, bool must) -> Status {
+    auto* tt = v.mutable_type()->mutable_tensor_type();
+    if (!tt->has_shape() || tt->shape().dim_size() == 0) {
+      if (!must) return Status();
+      return make_error(StatusCode::kUnsupported,
+                        "graph input '{}' has no leading dimension to stack a batch along",
+                        v.name());
+    }
+    auto* d0 = tt->mutable_shape()->mutable_dim(0);
+    if (d0->has_dim_value() && d0->dim_value() != 1) {
+      if (!must) return Status();
+      return make_error(StatusCode::kUnsupported,
+                        "graph input '{}' fixes its leading dimension at {}", v.name(),
+                        d0->dim_value());
+    }
+    d0->set_dim_param("batch");
+    return Status();
+  };
+  for (auto& in : *gp.mutable_input()) {
+    if (!constant.count(in.name())) POWER_RETURN_IF_ERROR(make_batch(in, true));
+  }
+  for (auto& out : *gp.mutable_output()) POWER_RETURN_IF_ERROR(make_batch(out, false));
+  gp.clear_value_info();  // per-value shapes recorded for batch 1
+  std::vector<::onnx::TensorProto> added;
+  std::unordered_set<std::string> names;
+  for (const auto& t : gp.initializer()) names.insert(t.name());
+  for (const auto& np : gp.node())
+    for (const auto& o : np.output()) names.insert(o);
+  for (auto& np : *gp.mutable_node()) {
+    bool is_constant = np.op_type() == "Constant";
+    if (!is_constant && np.input_size() > 0) {
+      is_constant = true;
+      for (const auto& in : np.input())
+        if (!in.empty() && !constant.count(in)) is_constant = false;
+      for (const auto& a : np.attribute())
+        if (a.has_g() || a.graphs_size() > 0) is_constant = false;
+    }
+    if (is_constant) {
+      for (const auto& o : np.output()) constant.insert(o);
+      if (np.op_type() == "Constant" && np.output_size() == 1) {
+        for (const auto& a : np.attribute())
+          if (a.name() == "value" && a.has_t()) constant_tensors[np.output(0)] = &a.t();
+      }
+      continue;
+    }
+    if (np.op_type() != "Reshape" || np.input_size() < 2) continue;
+    bool allowzero = false;
+    for (const auto& a : np.attribute())
+      if (a.name() == "allowzero" && a.i() != 0) allowzero = true;
+    auto it = constant_tensors.find(np.input(1));
+    if (allowzero || it == constant_tensors.end()) continue;
+    POWER_ASSIGN_OR_RETURN(Tensor shape, tensor_from_proto(*it->second));
+    if (shape.dtype != DType::kI64 || shape.rank() != 1 || shape.numel() == 0 ||
+        shape.data<int64_t>()[0] != 1) {
+      continue;
+    }
+    ::onnx::TensorProto t;
+    std::string name = np.input(1) + "/batch";
+    while (names.count(name)) name += "_";
+    names.insert(name);
+    t.set_name(name);
+    t.set_data_type(::onnx::TensorProto::INT64);
+    t.add_dims(shape.numel());
+    t.add_int64_data(0);  // Reshape's 0: copy the input's dimension
+    for (int64_t i = 1; i < shape.numel(); ++i) t.add_int64_data(shape.data<int64_t>()[i]);
+    np.set_input(1, name);
+    added.push_back(std::move(t));
+  }
+  const int rewritten = static_cast<int>(added.size());
+  for (auto& t : added) *gp.add_initializer() = std::move(t);
+  return rewritten;
+}
+
 bool is_view_op(const std::string& op) {
   const OpDef* d = find_op(op);
   return d && d->view;
@@ -872,6 +954,9 @@ Result<std::shared_ptr<const Model>> Model::load_bytes(const void* data, size_t 
   }
   if (m->opset_ == 0) {
     return make_error(StatusCode::kUnsupported, "model imports no default-domain opset");
+  }
+  if (options.batch_inputs) {
+    POWER_ASSIGN_OR_RETURN(m->batch_reshapes_, free_leading_dim(*mp.mutable_graph()));
   }
   Loader loader;
   loader.opset = m->opset_;

@@ -141,6 +141,13 @@ struct LoadOptions {
   // Run nodes whose inputs are all constants once at load and keep their outputs as weights
   // (Constant nodes, weight slicing and reordering). Same bits either way; off is for comparison.
   bool fold_constants = true;
+  // Load for inputs stacked along their leading dimension (microbatching): each runtime
+  // input's first dimension becomes symbolic ("batch"; an error when the model fixes it at
+  // another size than 1), and a Reshape of a computed value to a constant shape that starts
+  // with 1 copies that dimension from its input instead (ONNX's 0), so [1, 256] becomes
+  // [B, 256]. This says nothing about whether the graph keeps the rows apart: the caller
+  // checks a batch's rows against solo runs (onnx::Service does, at load).
+  bool batch_inputs = false;
 };
 
 class Model {
@@ -163,6 +170,8 @@ class Model {
   std::map<std::string, int> fused_counts() const;
   // Nodes of the main graph and its subgraphs whose outputs were computed at load (constants).
   int folded_nodes() const;
+  // Reshapes whose constant shape LoadOptions::batch_inputs rewrote.
+  int batch_reshapes() const { return batch_reshapes_; }
 
   // Peak memory for inputs of these shapes (one per runtime input, in graph input order);
   // symbolic dims of the declared inputs are replaced by the given ones.
@@ -182,6 +191,7 @@ class Model {
   int64_t opset_ = 0;
   int64_t ir_version_ = 0;
   std::string producer_;
+  int batch_reshapes_ = 0;
   std::string shape_model_;  // serialized ModelProto without large weights, for shape inference
   // Intermediates' buffers recycled between runs (tensor.h BufferPool).
   std::shared_ptr<BufferPool> buffers_ = BufferPool::create();

@@ -4,11 +4,15 @@
 // nodes whose inputs are all constants run once at load, also inside If branches that read the
 // enclosing graph's weights; the outputs are the same bits as with LoadOptions::fold_constants
 // off, equal to the arithmetic done here, and Expand (whose size its inputs do not bound) and a
-// node that makes a graph output stay nodes.
+// node that makes a graph output stay nodes. Stacked inputs (LoadOptions::batch_inputs): the
+// input's first dimension becomes free and Reshapes of computed values to constant shapes that
+// start with 1 follow it, while a Reshape of a weight, one with allowzero and a model that
+// fixes another batch size stay as they are.
 #include <gtest/gtest.h>
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -309,6 +313,112 @@ TEST(OnnxFold, IfBranchesFoldTheEnclosingGraphsWeights) {
     EXPECT_EQ((*a)[0].data<float>()[0], want0) << c;
     EXPECT_EQ((*a)[0].data<float>()[1], want1) << c;
     EXPECT_EQ(std::memcmp((*a)[0].buf->data(), (*b)[0].buf->data(), 8), 0) << c;
+  }
+}
+
+// x [1,2,3] -> r = Relu(x); y = Reshape(r, s) and w = Reshape(W, s) with one shape
+// initializer s = [1, 6] (W a [2,3] weight); z = y + w; q = Reshape(r, c) with c = [1, -1] a
+// Constant node. Outputs z and q.
+::onnx::ModelProto reshapes() {
+  ::onnx::ModelProto m = model_with_input({1, 2, 3});
+  auto* g = m.mutable_graph();
+  add_init(g, "W", {2, 3}, {0.5f, -1.0f, 2.0f, 0.25f, 4.0f, -8.0f});
+  add_i64(g, "s", {1, 6});
+  auto* c = add_node(g, "Constant", {}, "c");
+  auto* a = c->add_attribute();
+  a->set_name("value");
+  a->set_type(::onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(7);
+  a->mutable_t()->add_dims(2);
+  a->mutable_t()->add_int64_data(1);
+  a->mutable_t()->add_int64_data(-1);
+  add_node(g, "Relu", {"x"}, "r");
+  add_node(g, "Reshape", {"r", "s"}, "y");
+  add_node(g, "Reshape", {"W", "s"}, "w");
+  add_node(g, "Add", {"y", "w"}, "z");
+  add_node(g, "Reshape", {"r", "c"}, "q");
+  for (const char* o : {"z", "q"}) g->add_output()->set_name(o);
+  return m;
+}
+
+TEST(OnnxBatchInputs, ReshapesOfComputedValuesFollowTheBatch) {
+  const std::string bytes = reshapes().SerializeAsString();
+  LoadOptions lo;
+  lo.batch_inputs = true;
+  auto plain = Model::load_bytes(bytes.data(), bytes.size());
+  auto stacked = Model::load_bytes(bytes.data(), bytes.size(), lo);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  ASSERT_TRUE(stacked.ok()) << stacked.status().to_string();
+  EXPECT_EQ((*stacked)->batch_reshapes(), 2);  // y's and q's; w's reshapes a weight
+  const std::vector<float> x = {1.0f,  -2.0f, 3.0f,  0.5f, -0.25f, 6.0f,  -1.0f, 2.0f, 0.0f,
+                                -3.0f, 4.5f,  -0.5f, 7.0f, 8.0f,   -9.0f, 0.75f, 1.5f, -6.0f};
+  auto refused = (*plain)->run({make_f32({3, 2, 3}, x)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("must have shape"), std::string::npos);
+  auto out = (*stacked)->run({make_f32({3, 2, 3}, x)});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ((*out)[0].shape, (Shape{3, 6}));
+  ASSERT_EQ((*out)[1].shape, (Shape{3, 6}));
+  const float W[6] = {0.5f, -1.0f, 2.0f, 0.25f, 4.0f, -8.0f};
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < 6; ++i) {
+      const float relu = std::max(x[b * 6 + i], 0.0f);
+      EXPECT_EQ((*out)[0].data<float>()[b * 6 + i], relu + W[i]) << b << "," << i;
+      EXPECT_EQ((*out)[1].data<float>()[b * 6 + i], relu) << b << "," << i;
+    }
+  // Batch 1 still runs, with the published model's bits.
+  const std::vector<float> x1(x.begin(), x.begin() + 6);
+  auto one = (*stacked)->run({make_f32({1, 2, 3}, x1)});
+  auto want = (*plain)->run({make_f32({1, 2, 3}, x1)});
+  ASSERT_TRUE(one.ok() && want.ok());
+  EXPECT_EQ(std::memcmp((*one)[0].buf->data(), (*want)[0].buf->data(), 6 * sizeof(float)), 0);
+  // The planner follows the rewritten shapes: z, q and r are [B,6]-sized.
+  auto plan = (*stacked)->plan_memory({{5, 2, 3}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_TRUE(plan->complete());
+}
+
+TEST(OnnxBatchInputs, WhatCannotBeStackedIsLeftOrRefused) {
+  LoadOptions lo;
+  lo.batch_inputs = true;
+  {
+    // Reshape with allowzero: its 0 would mean an empty dimension, so it is left; a stack then
+    // fails in that Reshape with an error, and batch 1 runs.
+    ::onnx::ModelProto m = model_with_input({1, 2, 3});
+    auto* g = m.mutable_graph();
+    add_i64(g, "s", {1, 6});
+    auto* n = add_node(g, "Reshape", {"x", "s"}, "y");
+    auto* a = n->add_attribute();
+    a->set_name("allowzero");
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(1);
+    g->add_output()->set_name("y");
+    const std::string bytes = m.SerializeAsString();
+    auto model = Model::load_bytes(bytes.data(), bytes.size(), lo);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->batch_reshapes(), 0);
+    auto bad = (*model)->run({make_f32({2, 2, 3}, std::vector<float>(12, 1.0f))});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("Reshape"), std::string::npos)
+        << bad.status().to_string();
+    EXPECT_TRUE((*model)->run({make_f32({1, 2, 3}, std::vector<float>(6, 1.0f))}).ok());
+  }
+  {
+    // An input whose first dimension is fixed at 2, and a scalar input: refused at load.
+    for (const bool scalar : {false, true}) {
+      ::onnx::ModelProto m = scalar ? model_with_input({}) : model_with_input({2, 3});
+      add_node(m.mutable_graph(), "Relu", {"x"}, "y");
+      m.mutable_graph()->add_output()->set_name("y");
+      const std::string bytes = m.SerializeAsString();
+      EXPECT_TRUE(Model::load_bytes(bytes.data(), bytes.size()).ok());
+      auto model = Model::load_bytes(bytes.data(), bytes.size(), lo);
+      ASSERT_FALSE(model.ok());
+      EXPECT_EQ(model.status().code(), StatusCode::kUnsupported);
+      EXPECT_NE(model.status().message().find(scalar ? "no leading dimension"
+                                                     : "fixes its leading dimension at 2"),
+                std::string::npos)
+          << model.status().to_string();
+    }
   }
 }
 

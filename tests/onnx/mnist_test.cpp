@@ -1,10 +1,13 @@
-// MNIST (mnist-8.onnx, ONNX model zoo) against onnxruntime's logits in ../shared.
+// MNIST (mnist-8.onnx, ONNX model zoo) against onnxruntime's logits in ../shared; the model
+// loaded for stacked images (LoadOptions::batch_inputs) against its solo runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/thread_pool.h"
 #include "onnx/graph.h"
 #include "onnx/media.h"
 #include "onnx/models/mnist.h"
@@ -84,6 +87,86 @@ TEST(OnnxMnist, RecycledBuffersDoNotChangeResults) {
     EXPECT_EQ(run(**fresh, ones), other) << "round " << i;
   }
   EXPECT_GT((*model)->held_buffer_bytes(), 0);
+}
+
+// mnist-8 fixes batch 1 twice: its input is [1, 1, 28, 28] and a Reshape flattens the pooled
+// [1, 16, 4, 4] to the constant [1, 256]. Loaded with batch_inputs, the input's first dimension
+// is free and that Reshape copies it ([B, 256]); the Reshape of the weight Parameter193 to
+// [256, 10] (a constant) stays. Every image of a batch gets the bits it gets alone from the
+// model as published, at batch sizes 2 to 33 and with two threads; the nine still reads as 9.
+TEST(OnnxMnist, StackedImagesGetTheirSoloBits) {
+  POWER_REQUIRE_SHARED();
+  std::string dir = shared_dir() + "/models/vision/";
+  auto solo = Model::load_file(dir + "mnist-8.onnx");
+  ASSERT_TRUE(solo.ok());
+  LoadOptions lo;
+  lo.batch_inputs = true;
+  auto stacked = Model::load_file(dir + "mnist-8.onnx", lo);
+  ASSERT_TRUE(stacked.ok()) << stacked.status().to_string();
+  EXPECT_EQ((*stacked)->batch_reshapes(), 1);
+  EXPECT_EQ((*solo)->batch_reshapes(), 0);
+  // The published model refuses a stack.
+  auto refused = (*solo)->run({make_f32({2, 1, 28, 28}, std::vector<float>(2 * 784))});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("must have shape"), std::string::npos);
+
+  auto nine = load_image(dir + "mnist_nine.bmp", 1);
+  ASSERT_TRUE(nine.ok());
+  auto nine_px = mnist_pixels(*nine);
+  ASSERT_TRUE(nine_px.ok());
+  // 40 distinct images: the nine shifted right by k % 5 columns, scaled by (k + 1) / 40, with a
+  // ramp added to a quarter of them.
+  std::vector<std::vector<float>> images;
+  for (int k = 0; k < 40; ++k) {
+    std::vector<float> px(784, 0.0f);
+    for (int y = 0; y < 28; ++y)
+      for (int x = k % 5; x < 28; ++x) {
+        px[y * 28 + x] = std::floor((*nine_px)[y * 28 + x - k % 5] * (k + 1) / 40.0f);
+        if (k % 4 == 3) px[y * 28 + x] += static_cast<float>((x + y) % 17);
+      }
+    images.push_back(std::move(px));
+  }
+  std::vector<std::vector<float>> alone;
+  for (const auto& px : images) {
+    auto r = mnist_classify_batch(**solo, {&px});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    alone.push_back((*r)[0].logits);
+  }
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (int b = 2; b <= 33; ++b) {
+      std::vector<const std::vector<float>*> px;
+      std::vector<size_t> which;
+      for (int i = 0; i < b; ++i) {
+        which.push_back((static_cast<size_t>(b) * 3 + i) % images.size());
+        px.push_back(&images[which.back()]);
+      }
+      auto r = mnist_classify_batch(**stacked, px, p);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(r->size(), static_cast<size_t>(b));
+      for (int i = 0; i < b; ++i) {
+        ASSERT_EQ((*r)[i].logits.size(), 10u);
+        EXPECT_EQ(std::memcmp((*r)[i].logits.data(), alone[which[i]].data(), 10 * sizeof(float)), 0)
+            << "batch " << b << ", image " << i << (p ? ", two threads" : "");
+      }
+    }
+  }
+  // The nine itself, in a stack of three, against onnxruntime's class.
+  const std::vector<float> ones(784, 1.0f);
+  auto r = mnist_classify_batch(**stacked, {&ones, &*nine_px, &images[7]});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[1].digit, 9);
+  // Planned peak by hand: B times the solo peak (8x28x28 + 8x14x14 floats), as measured.
+  auto plan = (*stacked)->plan_memory({{4, 1, 28, 28}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_TRUE(plan->complete());
+  EXPECT_EQ(plan->peak_bytes, 4 * (8 * 28 * 28 * 4 + 8 * 14 * 14 * 4));
+  RunStats stats;
+  auto out =
+      (*stacked)->run({make_f32({4, 1, 28, 28}, std::vector<float>(4 * 784))}, nullptr, &stats);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].shape, (Shape{4, 10}));
+  EXPECT_EQ(stats.peak_bytes, plan->peak_bytes);
 }
 
 TEST(OnnxMnist, WrongImageSizeIsAnError) {

@@ -19,4 +19,14 @@ struct MnistResult {
 Result<MnistResult> mnist_classify(const Model& model, const Image& image,
                                    ThreadPool* pool = nullptr);
 
+// The model's input for one image: 28x28 gray values, 0..255.
+Result<std::vector<float>> mnist_pixels(const Image& image);
+
+// Several images (their mnist_pixels) in one run of a [B, 1, 28, 28] input, one result per
+// image. Above one image the model must take a stacked batch (LoadOptions::batch_inputs).
+// mnist_classify is this with one image.
+Result<std::vector<MnistResult>> mnist_classify_batch(
+    const Model& model, const std::vector<const std::vector<float>*>& pixels,
+    ThreadPool* pool = nullptr);
+
 }  // namespace power::onnx
