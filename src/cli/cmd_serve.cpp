@@ -95,6 +95,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--onnx-budget-bytes")) o.onnx.budget_bytes = x.budget_bytes;
   if (given("--onnx-threads")) o.onnx.threads = x.threads;
   if (given("--onnx-max-batch")) o.onnx.max_batch = x.max_batch;
+  if (given("--onnx-batch-wait-us")) o.onnx.batch_wait_us = x.batch_wait_us;
   o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
 
   if (a.print_plan) {
@@ -271,8 +272,13 @@ void add_serve_commands(CLI::App& app) {
   cmd->add_option("--onnx-threads", x.threads, "Compute threads per ONNX execution")
       ->capture_default_str();
   cmd->add_option("--onnx-max-batch", x.max_batch,
-                  "VAD windows of concurrent requests stacked into one execution (1: off)")
+                  "VAD windows or classify images of concurrent requests stacked into one "
+                  "execution (1: off)")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--onnx-batch-wait-us", x.batch_wait_us,
+                  "Microseconds a batch short of --onnx-max-batch waits for more requests")
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   cmd->callback([a, cmd] { run_serve(*a, cmd); });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -131,6 +132,11 @@ Status apply_config_key(const std::string& key, const json& v, ServiceOptions* o
     o->max_batch = static_cast<int>(x);
     return Status();
   }
+  if (key == "onnx_batch_wait_us") {
+    POWER_RETURN_IF_ERROR(integer(0, 1000000, &x));
+    o->batch_wait_us = static_cast<int>(x);
+    return Status();
+  }
   *handled = false;
   return Status();
 }
@@ -149,6 +155,11 @@ struct Loaded {
   Task task = Task::kVad;
   std::vector<FileInfo> files;
   std::shared_ptr<const Model> model;  // vad, classify
+  // The most items one run stacks: ServiceOptions::max_batch for VAD; for a classifier the
+  // same when its stacked form passed the load-time check (batch_model), else 1; OCR 1.
+  int max_batch = 1;
+  std::shared_ptr<const Model> batch_model;  // classify: loaded with LoadOptions::batch_inputs
+  std::string batch_note;                    // why a classifier runs unbatched
   std::shared_ptr<PaddleOcr> ocr;
   int64_t weight_bytes = 0;
   uint64_t plan_bytes = 0;  // vad / classify: planned peak; ocr: recognizer at its widest line
@@ -204,6 +215,73 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Sizes at which a stacked classifier is checked against solo runs: every size up to 16 (where
+// kernels switch paths on small row counts), then powers of two, then max_batch itself.
+std::vector<int> checked_batch_sizes(int max_batch) {
+  std::vector<int> sizes;
+  for (int b = 2; b <= std::min(max_batch, 16); ++b) sizes.push_back(b);
+  for (int b = 32; b < max_batch; b *= 2) sizes.push_back(b);
+  if (max_batch > 16) sizes.push_back(max_batch);
+  return sizes;
+}
+
+// Loads `path` for stacked inputs and checks that it keeps a batch's images apart: at every
+// checked_batch_sizes() size, each of a batch of distinct images (pixels 0..255 from a fixed
+// pseudo-random sequence, a batch's members changing from size to size) must get the bits of
+// its solo run on `solo`. Returns the stacked model and its peak bytes at max_batch (the larger
+// of the plan and the measured run); an error says why the classifier runs unbatched.
+Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_classifier(
+    const std::string& path, const Model& solo, int max_batch, int threads) {
+  LoadOptions lo;
+  lo.batch_inputs = true;
+  POWER_ASSIGN_OR_RETURN(std::shared_ptr<const Model> stacked, Model::load_file(path, lo));
+  std::vector<std::vector<float>> images(static_cast<size_t>(max_batch));
+  uint32_t seed = 0x9e3779b9u;
+  for (auto& px : images) {
+    px.resize(28 * 28);
+    for (float& v : px) {
+      seed = seed * 1664525u + 1013904223u;
+      v = static_cast<float>(seed >> 24);
+    }
+  }
+  std::vector<MnistResult> alone;
+  for (const auto& px : images) {
+    POWER_ASSIGN_OR_RETURN(std::vector<MnistResult> r, mnist_classify_batch(solo, {&px}));
+    alone.push_back(std::move(r[0]));
+  }
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+  int64_t peak = 0;
+  for (const int b : checked_batch_sizes(max_batch)) {
+    std::vector<const std::vector<float>*> px;
+    std::vector<size_t> which;
+    for (int i = 0; i < b; ++i) {
+      which.push_back((static_cast<size_t>(b) * 7 + i) % images.size());
+      px.push_back(&images[which.back()]);
+    }
+    POWER_ASSIGN_OR_RETURN(std::vector<MnistResult> rs,
+                           mnist_classify_batch(*stacked, px, pool.get()));
+    for (int i = 0; i < b; ++i) {
+      const std::vector<float>& want = alone[which[i]].logits;
+      if (rs[i].logits.size() != want.size() ||
+          std::memcmp(rs[i].logits.data(), want.data(), want.size() * sizeof(float)) != 0) {
+        return make_error(StatusCode::kUnsupported,
+                          "in a batch of {}, image {} does not get the scores it gets alone", b, i);
+      }
+    }
+    if (b == max_batch) {
+      RunStats rs_stats;
+      POWER_ASSIGN_OR_RETURN(
+          auto out, stacked->run({make_f32({b, 1, 28, 28}, std::vector<float>(784 * b, 0.0f))},
+                                 nullptr, &rs_stats));
+      (void)out;
+      POWER_ASSIGN_OR_RETURN(MemoryPlan plan, stacked->plan_memory({{b, 1, 28, 28}}));
+      peak = std::max(plan.peak_bytes, rs_stats.peak_bytes);
+    }
+  }
+  return std::make_pair(std::move(stacked), static_cast<uint64_t>(peak));
+}
+
 }  // namespace
 
 struct Service::Impl {
@@ -212,8 +290,8 @@ struct Service::Impl {
   std::unique_ptr<runtime::Admission> admission;
   std::shared_ptr<const receipt::SigningKey> key;
 
-  mutable std::mutex mu;       // admission, slots, VAD streams, waiting, stats, key, det plan cache
-  std::condition_variable cv;  // memory released, a slot freed, a VAD step finished
+  mutable std::mutex mu;       // admission, slots, batched items, waiting, stats, key, det plans
+  std::condition_variable cv;  // memory released, a slot freed (reserve, acquire_slot)
   int waiting = 0;
   // Compute slots: at most opts.max_running executions at once, each with its own pool (made
   // on first use) when opts.threads > 1.
@@ -223,10 +301,23 @@ struct Service::Impl {
   // Executions waiting in acquire_slot: a batched VAD step leaves freed slots to them, so a
   // long VAD request gives way between windows instead of holding its slot to the end.
   int slot_waiters = 0;
-  // VAD streams between batched steps, by model (each request's thread waits on its own).
-  std::map<const Loaded*, std::deque<VadStream*>> vad_ready;
-  std::set<const VadStream*> stepping;               // in a step now
-  std::map<const VadStream*, Status> step_failures;  // streams whose last step failed
+  // Items between batched steps (VAD streams, classify images), by model, with the key that
+  // a batch's items share (a VAD stream's sample rate) and a ticket: the order in which they
+  // became ready. All items of a model have one type. Each request's thread waits on its own
+  // condition variable (`wake`), notified only when its item's step ended in a result or an
+  // error, or when its item is the oldest ready one and may lead the next step (wake_oldest):
+  // waking every waiter at every step would cost more than a small model's run.
+  struct ReadyItem {
+    void* item;
+    int key;
+    uint64_t ticket;
+    std::chrono::steady_clock::time_point since;
+    std::condition_variable* wake;
+  };
+  std::map<const Loaded*, std::deque<ReadyItem>> ready_items;
+  uint64_t next_ticket = 0;
+  std::set<const void*> stepping;               // in a step now
+  std::map<const void*, Status> step_failures;  // items whose last step failed
   int vad_streams = 0;
 
   // Under mu, with a slot free: takes it and returns its index.
@@ -248,10 +339,29 @@ struct Service::Impl {
     return slot_pools[slot].get();
   }
 
+  // Under mu: the longest-waiting ready item of any model, with its model; null when none.
+  std::pair<const ReadyItem*, const Loaded*> oldest_ready() const {
+    const ReadyItem* oldest = nullptr;
+    const Loaded* model = nullptr;
+    for (const auto& [m, q] : ready_items) {
+      if (!q.empty() && (oldest == nullptr || q.front().ticket < oldest->ticket)) {
+        oldest = &q.front();
+        model = m;
+      }
+    }
+    return {oldest, model};
+  }
+
+  // Under mu: a slot freed or the oldest ready item changed; its thread may lead a step.
+  void wake_oldest() {
+    if (const ReadyItem* o = oldest_ready().first) o->wake->notify_one();
+  }
+
   // Under mu.
   void put_slot(int slot) {
     slot_busy[slot] = 0;
     --slots_used;
+    wake_oldest();
   }
 
   void free_slot(int slot) {
@@ -285,78 +395,152 @@ struct Service::Impl {
     --waiting;
     --slot_waiters;
     if (!got) {
+      wake_oldest();  // one waiter fewer for the batched steps to give way to
       stats[id].rejections["deadline"]++;
       return Status(StatusCode::kDeadlineExceeded, "waited for a compute slot until the deadline");
     }
     return take_slot();
   }
 
-  // A VAD request's probabilities, its windows stacked into batches with the windows of other
-  // requests to the same model (service.h). Between steps a stream is in vad_ready; during one
-  // it is in `stepping` and only the step's leader touches it.
-  Result<std::vector<float>> vad_batched(const Loaded& m, const std::vector<float>& samples,
-                                         int sample_rate) {
-    const SileroVad vad(m.model);
-    POWER_ASSIGN_OR_RETURN(VadStream mine, SileroVad::start(samples, sample_rate));
-    if (mine.finished()) return std::vector<float>();
-    const size_t max_batch = static_cast<size_t>(std::max(1, opts.max_batch));
+  // Runs `mine` in steps batched with the other ready items of model m and the same key until
+  // done(mine) (service.h "Microbatching"): step(batch, pool) runs one step of each item of
+  // the batch, `mine` first. Between steps an item is in ready_items; during one it is in
+  // `stepping` and only the step's leader touches it.
+  template <class Item, class Step, class Done>
+  Status run_batched(const Loaded& m, Item* mine, int key, const Step& step, const Done& done) {
+    const size_t max_batch = static_cast<size_t>(std::max(1, m.max_batch));
     const int max_slots = static_cast<int>(slot_busy.size());
     std::unique_lock<std::mutex> lk(mu);
-    std::deque<VadStream*>& ready = vad_ready[&m];
-    ready.push_back(&mine);
-    ++vad_streams;
-    auto queued = [&] { return std::find(ready.begin(), ready.end(), &mine) != ready.end(); };
+    std::deque<ReadyItem>& ready = ready_items[&m];
+    auto find_mine = [&] {
+      return std::find_if(ready.begin(), ready.end(),
+                          [&](const ReadyItem& r) { return r.item == mine; });
+    };
+    // The longest-waiting ready item of any model when it is one this thread may step with
+    // its own (the same model and key), else null. So models take turns (a long VAD request
+    // does not keep the slots from a classify request), while one thread can lead step after
+    // step of one model.
+    auto my_turn = [&]() -> const ReadyItem* {
+      auto [oldest, model] = oldest_ready();
+      return model == &m && oldest->key == key ? oldest : nullptr;
+    };
+    const auto batch_wait = std::chrono::microseconds(opts.batch_wait_us);
+    auto now = [] { return std::chrono::steady_clock::now(); };
+    std::condition_variable wake;
+    ready.push_back({mine, key, next_ticket++, now(), &wake});
+    // The oldest item's thread leads when a slot is free; with a batch wait, it also counts
+    // the arrivals.
+    wake_oldest();
+    if (m.task == Task::kVad) ++vad_streams;
     Status failed;
     while (true) {
-      // Failed, finished (neither queued nor in a step), or ready with a slot free.
-      cv.wait(lk, [&] {
-        if (stepping.count(&mine) != 0) return false;
-        return step_failures.count(&mine) != 0 || !queued() ||
-               slots_used + slot_waiters < max_slots;
-      });
-      if (auto f = step_failures.find(&mine); f != step_failures.end()) {
+      // Wait until failed, finished (neither queued nor in a step), or ready with a slot free,
+      // its model's turn and, with a batch wait, a full batch or the oldest item waited out.
+      if (auto f = step_failures.find(mine); f != step_failures.end()) {
         failed = f->second;
         step_failures.erase(f);
         break;
       }
-      if (!queued()) break;
-      // Lead a step: this stream and others of its sample rate, at most an even share of the
-      // ready streams per free slot so that the other slots get work too.
-      const int slot = take_slot();
+      if (stepping.count(mine) != 0) {
+        wake.wait(lk);
+        continue;
+      }
+      auto at = find_mine();
+      if (at == ready.end()) break;
+      const ReadyItem* oldest = slots_used + slot_waiters < max_slots ? my_turn() : nullptr;
+      if (oldest == nullptr) {
+        wake.wait(lk);
+        continue;
+      }
       size_t same = 0;
-      for (const VadStream* s : ready) same += s->sample_rate == sample_rate;
+      for (const ReadyItem& r : ready) same += r.key == key;
+      if (batch_wait.count() > 0 && same < max_batch && now() < oldest->since + batch_wait) {
+        // The oldest item's thread is woken by arrivals; another thread of the same model may
+        // be here too, and leads when its own wait ends first.
+        wake.wait_until(lk, oldest->since + batch_wait);
+        continue;
+      }
+      // Lead a step: this item and others of its key, at most an even share of the ready
+      // items per free slot so that the other slots get work too.
+      const int slot = take_slot();
       const size_t shares = static_cast<size_t>(max_slots - slots_used + 1);
       const size_t n = std::min(max_batch, (same + shares - 1) / shares);
-      std::vector<VadStream*> batch = {&mine};
-      ready.erase(std::find(ready.begin(), ready.end(), &mine));
+      std::vector<Item*> batch = {mine};
+      std::vector<std::condition_variable*> wakes = {&wake};
+      ready.erase(at);
       for (auto it = ready.begin(); it != ready.end() && batch.size() < n;) {
-        if ((*it)->sample_rate == sample_rate) {
-          batch.push_back(*it);
+        if (it->key == key) {
+          batch.push_back(static_cast<Item*>(it->item));
+          wakes.push_back(it->wake);
           it = ready.erase(it);
         } else {
           ++it;
         }
       }
-      for (VadStream* s : batch) stepping.insert(s);
+      for (Item* s : batch) stepping.insert(s);
+      if (slots_used + slot_waiters < max_slots) wake_oldest();  // a free slot for the rest
       lk.unlock();
-      const Status st = vad.step(batch, slot_pool(slot));
+      const Status st = step(batch, slot_pool(slot));
       lk.lock();
-      put_slot(slot);
       stats[m.id].batch_sizes[static_cast<int>(batch.size())]++;
-      for (VadStream* s : batch) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Item* s = batch[i];
         stepping.erase(s);
         if (!st.ok()) {
           step_failures[s] = st;
-        } else if (!s->finished()) {
-          ready.push_back(s);
+          wakes[i]->notify_one();
+        } else if (done(*s)) {
+          wakes[i]->notify_one();
+        } else {
+          ready.push_back({s, key, next_ticket++, now(), wakes[i]});
         }
       }
-      cv.notify_all();
+      put_slot(slot);  // wakes the oldest ready item's thread
+      if (slot_waiters > 0) cv.notify_all();
     }
-    --vad_streams;
-    lk.unlock();
-    if (!failed.ok()) return failed;
+    if (m.task == Task::kVad) --vad_streams;
+    return failed;
+  }
+
+  // A VAD request's probabilities, its windows stacked into batches with the windows of other
+  // requests to the same model.
+  Result<std::vector<float>> vad_batched(const Loaded& m, const std::vector<float>& samples,
+                                         int sample_rate) {
+    const SileroVad vad(m.model);
+    POWER_ASSIGN_OR_RETURN(VadStream mine, SileroVad::start(samples, sample_rate));
+    if (mine.finished()) return std::vector<float>();
+    POWER_RETURN_IF_ERROR(run_batched(
+        m, &mine, sample_rate,
+        [&](std::vector<VadStream*>& batch, ThreadPool* pool) { return vad.step(batch, pool); },
+        [](const VadStream& s) { return s.finished(); }));
     return std::move(mine.probs);
+  }
+
+  // A classify request's result, its image stacked into one run with the images of other
+  // requests to the same model (m.batch_model, checked against solo runs at load).
+  Result<MnistResult> classify_batched(const Loaded& m, std::vector<float> pixels) {
+    struct Item {
+      std::vector<float> pixels;
+      MnistResult result;
+      bool done = false;
+    };
+    Item mine{std::move(pixels), {}, false};
+    POWER_RETURN_IF_ERROR(run_batched(
+        m, &mine, 0,
+        [&](std::vector<Item*>& batch, ThreadPool* pool) -> Status {
+          std::vector<const std::vector<float>*> px;
+          for (const Item* it : batch) px.push_back(&it->pixels);
+          POWER_ASSIGN_OR_RETURN(
+              std::vector<MnistResult> rs,
+              mnist_classify_batch(batch.size() == 1 ? *m.model : *m.batch_model, px, pool));
+          for (size_t i = 0; i < batch.size(); ++i) {
+            batch[i]->result = std::move(rs[i]);
+            batch[i]->done = true;
+          }
+          return Status();
+        },
+        [](const Item& it) { return it.done; }));
+    return std::move(mine.result);
   }
   std::map<std::string, ServiceStats::PerModel> stats;
   std::map<std::pair<int64_t, int64_t>, uint64_t> det_plans;  // (h, w) -> planned peak
@@ -485,6 +669,7 @@ Result<std::unique_ptr<Service>> Service::create(
     Loaded m;
     m.id = id.empty() ? stem(path) : id;
     m.task = Task::kVad;
+    m.max_batch = std::max(1, options.max_batch);
     auto vad = SileroVad::load(path);
     if (!vad.ok()) return std::move(vad).take_status().with("vad_model", spec);
     m.model = Model::load_file(path).value();  // loaded above, cannot fail now
@@ -540,6 +725,19 @@ Result<std::unique_ptr<Service>> Service::create(
     m.weight_bytes = m.model->weight_bytes();
     POWER_ASSIGN_OR_RETURN(MemoryPlan plan, m.model->plan_memory({{1, 1, 28, 28}}));
     m.plan_bytes = static_cast<uint64_t>(plan.peak_bytes);
+    // Microbatching, when the stacked graph passes its check; a request then reserves the
+    // larger of its solo peak and its share of a full batch's peak.
+    if (options.max_batch > 1) {
+      auto stacked = stacked_classifier(path, *m.model, options.max_batch, options.threads);
+      if (stacked.ok()) {
+        m.batch_model = std::move(stacked->first);
+        m.max_batch = options.max_batch;
+        const uint64_t b = static_cast<uint64_t>(options.max_batch);
+        m.plan_bytes = std::max(m.plan_bytes, (stacked->second + b - 1) / b);
+      } else {
+        m.batch_note = stacked.status().message();
+      }
+    }
     POWER_RETURN_IF_ERROR(add(std::move(m)));
   }
   if (!options.ocr_det.empty() || !options.ocr_rec.empty() || !options.ocr_keys.empty()) {
@@ -605,6 +803,8 @@ std::vector<ServiceModelInfo> Service::models() const {
     i.task = m.task;
     for (const auto& f : m.files) i.files.push_back(f.path);
     i.weight_bytes = m.weight_bytes;
+    i.max_batch = m.max_batch;
+    i.batch_note = m.batch_note;
     out.push_back(std::move(i));
   }
   return out;
@@ -705,8 +905,9 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
   }
   const auto t_decoded = std::chrono::steady_clock::now();
   POWER_RETURN_IF_ERROR(im.reserve(m->id, need, req.deadline));
-  // A batched VAD request takes a slot per step (vad_batched); the others hold one throughout.
-  const bool batched = req.task == Task::kVad && im.opts.max_batch > 1;
+  // A batched VAD or classify request takes a slot per step (run_batched); the others hold one
+  // throughout.
+  const bool batched = m->max_batch > 1;
   int slot = -1;
   if (!batched) {
     auto s = im.acquire_slot(m->id, req.deadline);
@@ -743,7 +944,16 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
                {"min_silence_ms", req.vad.min_silence_ms},
                {"speech_pad_ms", req.vad.speech_pad_ms}};
   } else if (req.task == Task::kClassify) {
-    auto r = mnist_classify(*m->model, image, pool);
+    auto classify = [&]() -> Result<MnistResult> {
+      if (!batched) return mnist_classify(*m->model, image, pool);
+      POWER_ASSIGN_OR_RETURN(std::vector<float> px, mnist_pixels(image));
+      return im.classify_batched(*m, std::move(px));
+    };
+    auto r = classify();
+    if (r.ok() && !batched) {
+      std::lock_guard<std::mutex> lk(im.mu);
+      im.stats[m->id].batch_sizes[1]++;
+    }
     if (r.ok()) {
       out.result = classify_json(r->digit, r->logits);
     } else {
@@ -775,13 +985,11 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
     json body;
     body["schema"] = std::string(receipt::kReceiptSchema);
     body["model"] = m->model_json;
-    json config = {{"task", task_name(req.task)},
-                   {"threads", im.opts.threads},
-                   {"max_batch", req.task == Task::kVad ? im.opts.max_batch : 1},
-                   {"kernel_isa", std::string(cpu_isa_name(cpu_isa()))},
-                   {"power_version", POWER_VERSION},
-                   {"options", options.is_null() ? json::object() : options},
-                   {"nondeterminism", json::array()}};
+    json config = {
+        {"task", task_name(req.task)},    {"threads", im.opts.threads},
+        {"max_batch", m->max_batch},      {"kernel_isa", std::string(cpu_isa_name(cpu_isa()))},
+        {"power_version", POWER_VERSION}, {"options", options.is_null() ? json::object() : options},
+        {"nondeterminism", json::array()}};
     body["config"] = std::move(config);
     body["device"] = receipt::device_json();
     input_info["sha256"] = sha256_hex(req.input);

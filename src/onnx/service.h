@@ -15,7 +15,12 @@
 // ready takes a free slot and runs the next window of up to max_batch ready streams of its
 // sample rate as one batch (SileroVad::step), then puts them back, so windows of concurrent
 // requests share model runs while each request's probabilities stay bit-identical to running
-// alone. A stream's reservation covers its share of a full batch's peak (measured at load).
+// alone. A classify request is a one-step item of the same kind: its image runs stacked with
+// up to max_batch - 1 other ready images on the classifier loaded with
+// LoadOptions::batch_inputs. That stacked model is checked at load: at batch sizes 2-16, the
+// powers of two and max_batch, every image of a batch of distinct images must get the bits of
+// its solo run, else the classifier runs unbatched (ServiceModelInfo::batch_note says why).
+// An item's reservation covers its share of a full batch's peak (measured at load).
 // Receipts: power.receipt.v1 with model.format "onnx" (docs/RECEIPTS.md "ONNX executions"):
 // model files' SHA-256, configuration, device, input digest (the exact request bytes) and
 // output digest (the canonical JSON of the result), signed with the runtime key.
@@ -52,8 +57,10 @@ struct ServiceOptions {
   uint64_t budget_bytes = 0;  // for intermediates and inputs; 0: the device budget
                               // (default_memory_budget_bytes()) less the loaded weights
   int threads = 1;            // compute threads per execution
-  int max_batch = 32;         // VAD windows of concurrent requests stacked into one execution
-                              // (1: each request runs alone)
+  int max_batch = 32;         // VAD windows or classify images of concurrent requests stacked
+                              // into one execution (1: each request runs alone)
+  int batch_wait_us = 0;      // with max_batch > 1: how long a run short of max_batch items
+                              // waits, from when its oldest item became ready, for more
   uint64_t max_input_bytes = 64ull << 20;
   std::string keys_dir;  // receipt key; empty: SigningKey::default_dir()
   bool any() const {
@@ -64,8 +71,8 @@ struct ServiceOptions {
 
 // A config-file key of `power serve` for these options ("vad_model", "classify_model",
 // "ocr_det", "ocr_rec", "ocr_keys", "ocr_id", "onnx_max_running", "onnx_max_waiting",
-// "onnx_budget_bytes", "onnx_threads", "onnx_max_batch"); *handled false when the key is not one
-// of them.
+// "onnx_budget_bytes", "onnx_threads", "onnx_max_batch", "onnx_batch_wait_us"); *handled false
+// when the key is not one of them.
 Status apply_config_key(const std::string& key, const nlohmann::json& value, ServiceOptions* o,
                         bool* handled);
 
@@ -90,6 +97,8 @@ struct ServiceModelInfo {
   Task task;
   std::vector<std::string> files;  // paths
   int64_t weight_bytes = 0;
+  int max_batch = 1;       // the most requests' items one run stacks (1: unbatched)
+  std::string batch_note;  // a classifier's reason for running unbatched
 };
 
 struct ServiceStats {
@@ -98,11 +107,12 @@ struct ServiceStats {
     uint64_t failures = 0;    // admitted, then failed (bad input found while running)
     std::map<std::string, uint64_t> rejections;  // "does_not_fit", "queue_full", "deadline",
                                                  // "invalid_input"
-    // VAD: model runs by the number of windows they stacked (1 when a window ran alone).
+    // VAD, classify: model runs by the number of windows or images they stacked (1 when an
+    // item ran alone).
     std::map<int, uint64_t> batch_sizes;
   };
   std::map<std::string, PerModel> models;
-  int running = 0;  // executions on a compute slot (a batched VAD step counts once)
+  int running = 0;  // executions on a compute slot (a batched step counts once)
   int waiting = 0;  // executions waiting for memory or a compute slot
   int streams = 0;  // VAD requests being stepped in batches
   uint64_t reserved_bytes = 0;

@@ -340,6 +340,13 @@ TEST(OnnxHttp, ReceiptVerifiesAndBindsModelInputAndOutput) {
   RawReply none = post_bytes(srv.port(), "/v1/audio/vad", wav, "audio/wav");
   EXPECT_FALSE(json::parse(none.body).contains("power_receipt"));
   EXPECT_EQ(none.head.find("x-power-receipt-sha256"), std::string::npos);
+  // A classify receipt records the batching its classifier passed at load.
+  RawReply c = post_bytes(srv.port(), "/v1/classify?power_receipt=true",
+                          slurp(vision_dir() + "mnist_nine.bmp"), "image/bmp");
+  ASSERT_EQ(c.status, 200) << c.body;
+  json cj = json::parse(json::parse(c.body)["power_receipt"].get<std::string>());
+  EXPECT_EQ(cj["config"]["task"], "classify");
+  EXPECT_EQ(cj["config"]["max_batch"], 32);
 }
 
 TEST(OnnxHttp, BadBodiesAreClearErrorsAndTheServerKeepsServing) {
@@ -549,6 +556,92 @@ TEST(OnnxHttp, ConcurrentVadRequestsAreBatchedWithTheirSoloAnswers) {
   EXPECT_EQ(metric(m, "power_onnx_reserved_bytes"), 0u);
   std::printf("32 concurrent VAD requests: %llu windows in %llu model runs\n",
               static_cast<unsigned long long>(sum), static_cast<unsigned long long>(all));
+}
+
+// `count` different 28x28 images as binary PGM files: the nine shifted right by k % 5
+// columns and scaled by (k + 1) / count, every second one transposed, every fourth one turned
+// upside down, every eighth one with a ramp added.
+std::vector<std::string> digit_images(int count) {
+  auto nine = onnx::load_image(vision_dir() + "mnist_nine.bmp", 1);
+  EXPECT_TRUE(nine.ok());
+  std::vector<std::string> out;
+  if (!nine.ok()) return out;
+  for (int k = 0; k < count; ++k) {
+    std::string pgm = "P5\n28 28\n255\n";
+    for (int row = 0; row < 28; ++row)
+      for (int col = 0; col < 28; ++col) {
+        int y = k % 4 == 2 ? 27 - row : row, x = col;
+        if (k % 2 == 1) std::swap(x, y);
+        int v = x < k % 5 ? 0 : nine->data[y * 28 + x - k % 5] * (k + 1) / count;
+        if (k % 8 == 7) v = std::min(255, v + (x + y) % 17);
+        pgm += static_cast<char>(v);
+      }
+    out.push_back(pgm);
+  }
+  return out;
+}
+
+// 32 concurrent classify requests have their images stacked into one model run (the classifier
+// loaded for stacked inputs, checked against solo runs at load) and each gets the body it gets
+// from a server that runs every request alone, byte for byte. One compute slot and a batch wait
+// of 1 s (--onnx-batch-wait-us, config key onnx_batch_wait_us) let the requests meet; /metrics
+// shows the batch sizes and the most images a run may stack.
+TEST(OnnxHttp, ConcurrentClassifyRequestsAreBatchedWithTheirSoloAnswers) {
+  REQUIRE_MODELS();
+  const std::vector<std::string> images = digit_images(32);
+  ASSERT_EQ(images.size(), 32u);
+  std::vector<std::string> solo(images.size());
+  std::set<int> classes;
+  {
+    ServerOptions o = onnx_options(temp_keys_dir());
+    o.onnx.max_batch = 1;
+    InProcessServer srv;
+    ASSERT_TRUE(srv.start(o).ok());
+    for (size_t i = 0; i < images.size(); ++i) {
+      RawReply r = post_bytes(srv.port(), "/v1/classify", images[i], "image/x-portable-graymap");
+      ASSERT_EQ(r.status, 200) << r.body;
+      solo[i] = r.body;
+      classes.insert(json::parse(r.body)["class"].get<int>());
+    }
+    const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+    EXPECT_EQ(metric(m, "power_onnx_max_batch{model=\"mnist\"}"), 1u);
+    EXPECT_EQ(metric(m, "power_onnx_batch_size_bucket{model=\"mnist\",le=\"1\"}"), 32u);
+  }
+  EXPECT_GT(classes.size(), 2u);  // the images are not all read alike
+  ServerOptions o = onnx_options(temp_keys_dir());
+  o.onnx.max_running = 1;
+  EXPECT_FALSE(apply_config_json(json{{"onnx_batch_wait_us", 2000000}}, &o).ok());
+  ASSERT_TRUE(apply_config_json(json{{"onnx_batch_wait_us", 1000000}}, &o).ok());
+  ASSERT_EQ(o.onnx.batch_wait_us, 1000000);
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  std::vector<RawReply> got(images.size());
+  std::vector<std::thread> callers;
+  std::atomic<int> at_start{0};
+  for (size_t i = 0; i < images.size(); ++i) {
+    callers.emplace_back([&, i] {
+      at_start++;
+      while (at_start.load() < static_cast<int>(images.size())) std::this_thread::yield();
+      got[i] = post_bytes(srv.port(), "/v1/classify", images[i], "image/x-portable-graymap");
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (size_t i = 0; i < images.size(); ++i) {
+    ASSERT_EQ(got[i].status, 200) << "request " << i << ": " << got[i].head << got[i].body;
+    EXPECT_EQ(got[i].body, solo[i]) << "request " << i;
+  }
+  const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+  const std::string series = "power_onnx_batch_size_bucket{model=\"mnist\",le=";
+  const uint64_t runs = metric(m, series + "\"+Inf\"}");
+  EXPECT_EQ(metric(m, "power_onnx_max_batch{model=\"mnist\"}"), 32u);
+  EXPECT_EQ(metric(m, "power_onnx_batch_size_sum{model=\"mnist\"}"), 32u);  // each image once
+  EXPECT_LT(metric(m, series + "\"1\"}"), runs);  // some runs stacked several images
+  EXPECT_LT(runs, 32u);
+  EXPECT_EQ(metric(m, series + "\"32\"}"), runs);  // none more than --onnx-max-batch
+  EXPECT_EQ(metric(m, "power_onnx_running"), 0u);
+  EXPECT_EQ(metric(m, "power_onnx_reserved_bytes"), 0u);
+  std::printf("32 concurrent classify requests: %llu model runs\n",
+              static_cast<unsigned long long>(runs));
 }
 
 // With one compute slot, a batched VAD request gives the slot up between windows: a classify
