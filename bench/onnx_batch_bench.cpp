@@ -1,11 +1,13 @@
-// Throughput of the ONNX service (onnx::Service, the code behind POST /v1/audio/vad) under
-// concurrent VAD callers, with microbatching (--onnx-max-batch, default 32) against without
-// (max_batch 1), in alternating rounds; prints windows per second of each round and the
-// median of the same-round ratios (docs/ONNX.md "Microbatching").
-//   onnx_batch_bench SILERO_ONNX WAV [callers=32] [requests_per_caller=4] [rounds=5]
-//                    [max_running=2] [threads=1]
-// Every caller sends the same WAV `requests_per_caller` times, one request after another;
-// all callers start together. Each request's answer is compared with the solo answer.
+// Throughput of the ONNX service (onnx::Service, the code behind POST /v1/audio/vad and
+// /v1/classify) under concurrent callers, with microbatching (--onnx-max-batch, default 32)
+// against without (max_batch 1), in alternating rounds; prints items (VAD windows or classified
+// images) per second of each round and the median of the same-round ratios (docs/ONNX.md
+// "Microbatching").
+//   onnx_batch_bench MODEL INPUT [callers=32] [requests_per_caller=4] [rounds=5]
+//                    [max_running=2] [threads=1] [batch_wait_us=0]
+// INPUT is a .wav file (MODEL is Silero VAD) or an image (MODEL is an MNIST classifier).
+// Every caller sends INPUT `requests_per_caller` times, one request after another; all callers
+// start together. Each request's answer is compared with the solo answer.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,7 +34,8 @@ std::string slurp(const char* path) {
 }
 
 struct Round {
-  double windows_per_s = 0;
+  double items_per_s = 0;
+  double mean_batch = 0;  // items per model run
   bool same = true;
 };
 
@@ -41,10 +44,13 @@ struct Round {
   std::exit(1);
 }
 
-std::unique_ptr<Service> make_service(const std::string& model, int max_batch, int max_running,
-                                      int threads) {
+int g_batch_wait_us = 0;  // --onnx-batch-wait-us of the batched runs
+
+std::unique_ptr<Service> make_service(Task task, const std::string& model, int max_batch,
+                                      int max_running, int threads) {
   ServiceOptions o;
-  o.vad_models = {model};
+  o.batch_wait_us = max_batch > 1 ? g_batch_wait_us : 0;
+  (task == Task::kVad ? o.vad_models : o.classify_models) = {model};
   o.max_batch = max_batch;
   o.max_running = max_running;
   o.threads = threads;
@@ -54,22 +60,22 @@ std::unique_ptr<Service> make_service(const std::string& model, int max_batch, i
   return std::move(*svc);
 }
 
-// One VAD request's result object.
-nlohmann::json vad_once(Service& svc, const std::string& wav) {
+// One request's result object.
+nlohmann::json exec_once(Service& svc, Task task, const std::string& input) {
   ExecRequest req;
-  req.task = Task::kVad;
-  req.input = wav;
+  req.task = task;
+  req.input = input;
   auto res = svc.execute(req);
   if (!res.ok()) die(res.status());
   return std::move(res->result);
 }
 
-Round run(const std::string& model, const std::string& wav, int max_batch, int callers,
+Round run(Task task, const std::string& model, const std::string& input, int max_batch, int callers,
           int requests, int max_running, int threads, const std::string& want) {
-  const std::unique_ptr<Service> svc = make_service(model, max_batch, max_running, threads);
+  const std::unique_ptr<Service> svc = make_service(task, model, max_batch, max_running, threads);
   std::atomic<int> ready{0};
   std::atomic<bool> same{true};
-  std::atomic<size_t> windows{0};
+  std::atomic<size_t> items{0};
   std::vector<std::thread> ts;
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < callers; ++c) {
@@ -77,15 +83,22 @@ Round run(const std::string& model, const std::string& wav, int max_batch, int c
       ready++;
       while (ready.load() < callers) std::this_thread::yield();
       for (int r = 0; r < requests; ++r) {
-        const nlohmann::json result = vad_once(*svc, wav);
-        windows += result["probs"].size();
+        const nlohmann::json result = exec_once(*svc, task, input);
+        items += task == Task::kVad ? result["probs"].size() : 1;
         if (result.dump() != want) same = false;
       }
     });
   }
   for (auto& t : ts) t.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {static_cast<double>(windows.load()) / s, same.load()};
+  uint64_t runs = 0, stacked = 0;
+  for (const auto& [id, pm] : svc->stats().models)
+    for (const auto& [size, n] : pm.batch_sizes) {
+      runs += n;
+      stacked += static_cast<uint64_t>(size) * n;
+    }
+  return {static_cast<double>(items.load()) / s,
+          runs ? static_cast<double>(stacked) / static_cast<double>(runs) : 0.0, same.load()};
 }
 
 }  // namespace
@@ -93,36 +106,45 @@ Round run(const std::string& model, const std::string& wav, int max_batch, int c
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
-                 "usage: onnx_batch_bench SILERO_ONNX WAV [callers] [requests] [rounds] "
-                 "[max_running] [threads]\n");
+                 "usage: onnx_batch_bench MODEL INPUT.wav|IMAGE [callers] [requests] [rounds] "
+                 "[max_running] [threads] [batch_wait_us]\n");
     return 2;
   }
-  const std::string model = argv[1], wav = slurp(argv[2]);
+  const std::string model = argv[1], input_path = argv[2], input = slurp(argv[2]);
+  const Task task = input_path.size() > 4 && input_path.substr(input_path.size() - 4) == ".wav"
+                        ? Task::kVad
+                        : Task::kClassify;
+  const char* unit = task == Task::kVad ? "windows" : "images";
   const int callers = argc > 3 ? std::atoi(argv[3]) : 32;
   const int requests = argc > 4 ? std::atoi(argv[4]) : 4;
   const int rounds = argc > 5 ? std::atoi(argv[5]) : 5;
   const int max_running = argc > 6 ? std::atoi(argv[6]) : 2;
   const int threads = argc > 7 ? std::atoi(argv[7]) : 1;
+  g_batch_wait_us = argc > 8 ? std::atoi(argv[8]) : 0;
   // The solo answer, for the comparison.
-  const std::string want = vad_once(*make_service(model, 1, 1, 1), wav).dump();
-  std::printf("%d callers x %d requests, max_running %d, threads %d\n", callers, requests,
-              max_running, threads);
+  const std::string want = exec_once(*make_service(task, model, 1, 1, 1), task, input).dump();
+  std::printf("%s: %d callers x %d requests, max_running %d, threads %d, batch wait %d us\n",
+              task_name(task), callers, requests, max_running, threads, g_batch_wait_us);
   std::vector<double> ratios;
   bool all_same = true;
   for (int i = 0; i < rounds; ++i) {
+    auto one = [&](int max_batch) {
+      return run(task, model, input, max_batch, callers, requests, max_running, threads, want);
+    };
     // Alternate which goes first.
     Round solo, batched;
     if (i % 2 == 0) {
-      solo = run(model, wav, 1, callers, requests, max_running, threads, want);
-      batched = run(model, wav, 32, callers, requests, max_running, threads, want);
+      solo = one(1);
+      batched = one(32);
     } else {
-      batched = run(model, wav, 32, callers, requests, max_running, threads, want);
-      solo = run(model, wav, 1, callers, requests, max_running, threads, want);
+      batched = one(32);
+      solo = one(1);
     }
     all_same = all_same && solo.same && batched.same;
-    ratios.push_back(batched.windows_per_s / solo.windows_per_s);
-    std::printf("round %d: max_batch 1 %.0f windows/s, max_batch 32 %.0f windows/s, %.2fx\n", i,
-                solo.windows_per_s, batched.windows_per_s, ratios.back());
+    ratios.push_back(batched.items_per_s / solo.items_per_s);
+    std::printf("round %d: max_batch 1 %.0f %s/s, max_batch 32 %.0f %s/s (%.1f per run), %.2fx\n",
+                i, solo.items_per_s, unit, batched.items_per_s, unit, batched.mean_batch,
+                ratios.back());
   }
   std::sort(ratios.begin(), ratios.end());
   std::printf("median batched / unbatched: %.2fx; answers %s the solo answer\n",
