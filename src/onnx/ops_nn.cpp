@@ -930,9 +930,35 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
   // Per kernel column j: the output columns [lo, hi) whose input column is inside the image.
   std::vector<int64_t> tap_lo(g.kw), tap_hi(g.kw);
   for (int64_t j = 0; j < g.kw; ++j) valid_columns(g, j * g.dw - g.pl, tap_lo[j], tap_hi[j]);
+  // Strided max pooling (MNIST's 2x2/2 and 3x3/3) folds the taps at every input column p of
+  // the output row's span, not only at p = ow * sw, so the loads are contiguous and the loop
+  // vectorizes; yr[ow] is then span[ow * sw]. Each column sees the same taps in the same order.
+  const bool spans = is_max && g.sw > 1 && g.sw <= 4;
+  const int64_t span = (g.OW - 1) * g.sw + 1;
   for_ranges(threads, g.N * g.C, g.OH * g.OW * g.kh * g.kw, [&](int64_t p0, int64_t p1) {
     std::vector<double> acc(is_max ? 0 : static_cast<size_t>(g.OW));
+    std::vector<float> folded(spans ? static_cast<size_t>(span) : 0);
     for (int64_t bc = p0; bc < p1; ++bc) {
+      if (spans) {
+        const float* xin = px + bc * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          float* __restrict v = folded.data();
+          std::fill(v, v + span, -INFINITY);
+          for (int64_t i = 0; i < g.kh; ++i) {
+            const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            const float* __restrict xr = xin + ih * g.W;
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t off = j * g.dw - g.pl;  // input column = p + off
+              const int64_t lo = std::max<int64_t>(0, -off), hi = std::min(span, g.W - off);
+              for (int64_t p = lo; p < hi; ++p) v[p] = std::max(v[p], xr[p + off]);
+            }
+          }
+          float* yr = py + (bc * g.OH + oh) * g.OW;
+          for (int64_t ow = 0; ow < g.OW; ++ow) yr[ow] = v[ow * g.sw];
+        }
+        continue;
+      }
       const float* xin = px + bc * g.H * g.W;
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         float* __restrict yr = py + (bc * g.OH + oh) * g.OW;

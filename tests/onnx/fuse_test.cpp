@@ -784,5 +784,77 @@ TEST(OnnxPad, RowCopiesMatchAnIndexByIndexReference) {
   }
 }
 
+// MaxPool against a reference that folds each window's taps in (row, column) order with
+// std::max(acc, tap) from -inf, over geometries with strides 1-4 (strides 2-4 take the
+// contiguous-span path), pads, dilation and ceil_mode, on inputs holding NaNs, infinities and
+// zeros of both signs (the first of equal zeros wins; NaN taps are skipped): the same bits.
+TEST(OnnxPool, MaxPoolMatchesTheTapOrderReference) {
+  struct Geo {
+    int64_t H, W, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
+    bool ceil;
+  };
+  const std::vector<Geo> geos = {
+      {28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, false},  // MNIST's first pool
+      {14, 14, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, false},  // and its second
+      {9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, false},  {7, 10, 2, 3, 1, 3, 0, 1, 0, 2, 1, 1, true},
+      {8, 13, 3, 2, 2, 4, 1, 0, 2, 1, 2, 2, false},  {5, 6, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, true},
+      {6, 17, 1, 5, 1, 3, 0, 2, 0, 2, 1, 1, true},   {4, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false},
+  };
+  std::mt19937 rng(5);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 0.0f,
+                            -0.0f};
+  for (const Geo& g : geos) {
+    SCOPED_TRACE(::testing::Message() << "H " << g.H << " W " << g.W << " k " << g.kh << "x" << g.kw
+                                      << " s " << g.sh << "x" << g.sw << (g.ceil ? " ceil" : ""));
+    const int64_t N = 2, C = 3;
+    GraphBuilder b(12);
+    b.input("x", {N, C, g.H, g.W});
+    auto* node = b.node("MaxPool", {"x"}, "y");
+    GraphBuilder::attr_ints(node, "kernel_shape", {g.kh, g.kw});
+    GraphBuilder::attr_ints(node, "strides", {g.sh, g.sw});
+    GraphBuilder::attr_ints(node, "pads", {g.pt, g.pl, g.pb, g.pr});
+    GraphBuilder::attr_ints(node, "dilations", {g.dh, g.dw});
+    GraphBuilder::attr_i(node, "ceil_mode", g.ceil ? 1 : 0);
+    b.output("y");
+    const std::string bytes = b.bytes();
+    auto model = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    std::vector<float> x = random_floats(static_cast<size_t>(N * C * g.H * g.W), -1.0f, 1.0f, 9);
+    // Zeros of both signs in runs, so that windows hold ties; a sprinkle of specials.
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % 7 < 3) x[i] = (i / 7) % 2 ? 0.0f : -0.0f;
+      if (rng() % 11 == 0) x[i] = specials[rng() % 5];
+    }
+    auto out = (*model)->run({make_f32({N, C, g.H, g.W}, x)});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto size = [&](int64_t in, int64_t k, int64_t st, int64_t p0, int64_t p1, int64_t d) {
+      const int64_t span = in + p0 + p1 - ((k - 1) * d + 1);
+      int64_t o = (g.ceil ? (span + st - 1) / st : span / st) + 1;
+      // With ceil_mode, a last window that would start in the end padding is dropped.
+      if (g.ceil && (o - 1) * st >= in + p0) --o;
+      return o;
+    };
+    const int64_t OH = size(g.H, g.kh, g.sh, g.pt, g.pb, g.dh);
+    const int64_t OW = size(g.W, g.kw, g.sw, g.pl, g.pr, g.dw);
+    ASSERT_EQ((*out)[0].shape, (Shape{N, C, OH, OW}));
+    const float* y = (*out)[0].data<float>();
+    for (int64_t p = 0; p < N * C; ++p)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float m = -INFINITY;
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t ih = oh * g.sh - g.pt + i * g.dh, iw = ow * g.sw - g.pl + j * g.dw;
+              if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) {
+                m = std::max(m, x[static_cast<size_t>((p * g.H + ih) * g.W + iw)]);
+              }
+            }
+          const float got = y[(p * OH + oh) * OW + ow];
+          ASSERT_EQ(std::memcmp(&got, &m, sizeof(float)), 0)
+              << "plane " << p << " output " << oh << "," << ow << ": " << got << " vs " << m;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace power::onnx
