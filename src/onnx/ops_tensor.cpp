@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/ops.h"
 #include "onnx/ops_internal.h"
 
 namespace power::onnx {
@@ -764,6 +765,9 @@ Status op_reduce_log_sum_exp(const Node& n, const Ins& in, Outs& out, OpContext&
 }
 
 // Softmax / LogSoftmax: opset < 13 flattens to [prod(dims < axis), prod(dims >= axis)].
+// Softmax over contiguous rows (the last axis: attention scores, a recognizer's classes) is the
+// kernels layer's power::softmax, which the language models use: its AVX2 path takes a vector
+// exp (within a few ulp of std::exp), so the ISA paths differ in the last bits.
 Status softmax(const Node& n, const Ins& in, Outs& out, bool log) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   const Tensor& x = *in[0];
@@ -781,8 +785,15 @@ Status softmax(const Node& n, const Ins& in, Outs& out, bool log) {
     for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
     for (int64_t d = axis; d < r; ++d) len *= x.shape[d];
   }
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, x.shape));
   const float* px = x.data<float>();
+  if (inner == 1 && !log) {
+    POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, x.shape));
+    float* py = out[0].mutable_data<float>();
+    if (out[0].numel() > 0) std::memcpy(py, px, static_cast<size_t>(out[0].numel()) * 4);
+    for (int64_t o = 0; o < outer; ++o) power::softmax(py + o * len, len);
+    return Status();
+  }
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, x.shape));
   float* py = out[0].mutable_data<float>();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
