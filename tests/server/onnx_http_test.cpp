@@ -478,6 +478,24 @@ TEST(OnnxHttp, AdmissionDoesNotFitQueueFullAndDeadline) {
   EXPECT_EQ(after.status, 200) << after.body;
 }
 
+// One POST per body, all from their own threads, released together; the replies in order.
+std::vector<RawReply> post_together(int port, const std::string& path,
+                                    const std::vector<std::string>& bodies,
+                                    const std::string& content_type) {
+  std::vector<RawReply> got(bodies.size());
+  std::vector<std::thread> callers;
+  std::atomic<int> at_start{0};
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    callers.emplace_back([&, i] {
+      at_start++;
+      while (at_start.load() < static_cast<int>(bodies.size())) std::this_thread::yield();
+      got[i] = post_bytes(port, path, bodies[i], content_type);
+    });
+  }
+  for (auto& t : callers) t.join();
+  return got;
+}
+
 // Pieces of test.wav at different offsets and lengths (requests that end at different steps).
 std::vector<std::string> vad_clips(int count) {
   auto a = onnx::load_audio(audio_dir() + "test.wav");
@@ -522,17 +540,7 @@ TEST(OnnxHttp, ConcurrentVadRequestsAreBatchedWithTheirSoloAnswers) {
   ASSERT_EQ(o.onnx.max_batch, 32);
   InProcessServer srv;
   ASSERT_TRUE(srv.start(o).ok());
-  std::vector<RawReply> got(clips.size());
-  std::vector<std::thread> callers;
-  std::atomic<int> at_start{0};
-  for (size_t i = 0; i < clips.size(); ++i) {
-    callers.emplace_back([&, i] {
-      at_start++;
-      while (at_start.load() < static_cast<int>(clips.size())) std::this_thread::yield();
-      got[i] = post_bytes(srv.port(), "/v1/audio/vad", clips[i], "audio/wav");
-    });
-  }
-  for (auto& t : callers) t.join();
+  const std::vector<RawReply> got = post_together(srv.port(), "/v1/audio/vad", clips, "audio/wav");
   size_t with_speech = 0;
   for (size_t i = 0; i < clips.size(); ++i) {
     ASSERT_EQ(got[i].status, 200) << "request " << i << ": " << got[i].head << got[i].body;
@@ -615,17 +623,8 @@ TEST(OnnxHttp, ConcurrentClassifyRequestsAreBatchedWithTheirSoloAnswers) {
   ASSERT_EQ(o.onnx.batch_wait_us, 1000000);
   InProcessServer srv;
   ASSERT_TRUE(srv.start(o).ok());
-  std::vector<RawReply> got(images.size());
-  std::vector<std::thread> callers;
-  std::atomic<int> at_start{0};
-  for (size_t i = 0; i < images.size(); ++i) {
-    callers.emplace_back([&, i] {
-      at_start++;
-      while (at_start.load() < static_cast<int>(images.size())) std::this_thread::yield();
-      got[i] = post_bytes(srv.port(), "/v1/classify", images[i], "image/x-portable-graymap");
-    });
-  }
-  for (auto& t : callers) t.join();
+  const std::vector<RawReply> got =
+      post_together(srv.port(), "/v1/classify", images, "image/x-portable-graymap");
   for (size_t i = 0; i < images.size(); ++i) {
     ASSERT_EQ(got[i].status, 200) << "request " << i << ": " << got[i].head << got[i].body;
     EXPECT_EQ(got[i].body, solo[i]) << "request " << i;
