@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/log.h"
 #include "base/sha256.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/isa.h"
@@ -736,6 +737,7 @@ Result<std::unique_ptr<Service>> Service::create(
         m.plan_bytes = std::max(m.plan_bytes, (stacked->second + b - 1) / b);
       } else {
         m.batch_note = stacked.status().message();
+        POWER_LOG_WARN("classifier '{}' runs unbatched: {}", m.id, m.batch_note);
       }
     }
     POWER_RETURN_IF_ERROR(add(std::move(m)));

@@ -7,7 +7,8 @@
 // node that makes a graph output stay nodes. Stacked inputs (LoadOptions::batch_inputs): the
 // input's first dimension becomes free and Reshapes of computed values to constant shapes that
 // start with 1 follow it, while a Reshape of a weight, one with allowzero and a model that
-// fixes another batch size stay as they are.
+// fixes another batch size stay as they are; onnx::Service stacks a classifier only when its
+// load-time check finds each row's result independent of the batch.
 #include <gtest/gtest.h>
 
 #include <onnx/onnx_pb.h>
@@ -15,11 +16,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <utility>
 
+#include <unistd.h>
+
 #include "onnx/graph.h"
+#include "onnx/service.h"
 
 namespace power::onnx {
 namespace {
@@ -418,6 +424,59 @@ TEST(OnnxBatchInputs, WhatCannotBeStackedIsLeftOrRefused) {
                                                      : "fixes its leading dimension at 2"),
                 std::string::npos)
           << model.status().to_string();
+    }
+  }
+}
+
+// A classifier [1,1,28,28] -> Flatten -> MatMul W [784, 10] -> y, and optionally z = y -
+// ReduceMean(y, axis 0): alone that is 0, stacked it mixes the batch's rows. onnx::Service's
+// load-time check stacks the first (max_batch 32) and keeps the second unbatched, saying why.
+TEST(OnnxBatchInputs, TheServiceStacksOnlyClassifiersThatKeepRowsApart) {
+  for (const bool mixes : {false, true}) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    auto* in = g->add_input();
+    in->set_name("x");
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(1);
+    for (int64_t d : {1, 1, 28, 28}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+    std::vector<float> w(784 * 10);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) / 64.0f - 0.09f;
+    add_init(g, "W", {784, 10}, w);
+    add_node(g, "Flatten", {"x"}, "f");
+    add_node(g, "MatMul", {"f", "W"}, "y");
+    if (mixes) {
+      auto* r = add_node(g, "ReduceMean", {"y"}, "mean");
+      auto* a = r->add_attribute();
+      a->set_name("axes");
+      a->set_type(::onnx::AttributeProto::INTS);
+      a->add_ints(0);
+      add_node(g, "Sub", {"y", "mean"}, "z");
+    }
+    g->add_output()->set_name(mixes ? "z" : "y");
+    const auto path =
+        std::filesystem::temp_directory_path() /
+        ("power-batch-check-" + std::to_string(::getpid()) + "-" + std::to_string(mixes) + ".onnx");
+    {
+      std::ofstream f(path, std::ios::binary);
+      f << m.SerializeAsString();
+    }
+    ServiceOptions o;
+    o.classify_models = {"c=" + path.string()};
+    auto svc = Service::create(o, nullptr);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(svc.ok()) << svc.status().to_string();
+    const auto models = (*svc)->models();
+    ASSERT_EQ(models.size(), 1u);
+    EXPECT_EQ(models[0].max_batch, mixes ? 1 : 32) << models[0].batch_note;
+    if (mixes) {
+      EXPECT_NE(models[0].batch_note.find("does not get the scores it gets alone"),
+                std::string::npos)
+          << models[0].batch_note;
+    } else {
+      EXPECT_TRUE(models[0].batch_note.empty()) << models[0].batch_note;
     }
   }
 }
