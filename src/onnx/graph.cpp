@@ -849,6 +849,10 @@ Result<int> free_leading_dim(::onnx::GraphProto& gp) {
     constant.insert(t.name());
   }
   auto make_batch = [](::onnx::ValueInfoProto& v, bool must) -> Status {
+    if (!v.type().has_tensor_type()) {  // a sequence or map: nothing to stack along
+      if (!must) return Status();
+      return make_error(StatusCode::kUnsupported, "graph input '{}' is not a tensor", v.name());
+    }
     auto* tt = v.mutable_type()->mutable_tensor_type();
     if (!tt->has_shape() || tt->shape().dim_size() == 0) {
       if (!must) return Status();

@@ -410,6 +410,26 @@ TEST(OnnxBatchInputs, WhatCannotBeStackedIsLeftOrRefused) {
     EXPECT_TRUE((*model)->run({make_f32({1, 2, 3}, std::vector<float>(6, 1.0f))}).ok());
   }
   {
+    // A sequence input: nothing to stack along, refused at load.
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(15);
+    auto* in = m.mutable_graph()->add_input();
+    in->set_name("x");
+    in->mutable_type()
+        ->mutable_sequence_type()
+        ->mutable_elem_type()
+        ->mutable_tensor_type()
+        ->set_elem_type(1);
+    add_node(m.mutable_graph(), "Identity", {"x"}, "y");
+    m.mutable_graph()->add_output()->set_name("y");
+    const std::string bytes = m.SerializeAsString();
+    auto model = Model::load_bytes(bytes.data(), bytes.size(), lo);
+    ASSERT_FALSE(model.ok());
+    EXPECT_NE(model.status().message().find("is not a tensor"), std::string::npos)
+        << model.status().to_string();
+  }
+  {
     // An input whose first dimension is fixed at 2, and a scalar input: refused at load.
     for (const bool scalar : {false, true}) {
       ::onnx::ModelProto m = scalar ? model_with_input({}) : model_with_input({2, 3});
