@@ -939,8 +939,8 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
     std::vector<double> acc(is_max ? 0 : static_cast<size_t>(g.OW));
     std::vector<float> folded(spans ? static_cast<size_t>(span) : 0);
     for (int64_t bc = p0; bc < p1; ++bc) {
+      const float* xin = px + bc * g.H * g.W;
       if (spans) {
-        const float* xin = px + bc * g.H * g.W;
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           float* __restrict v = folded.data();
           std::fill(v, v + span, -INFINITY);
@@ -959,7 +959,6 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
         }
         continue;
       }
-      const float* xin = px + bc * g.H * g.W;
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         float* __restrict yr = py + (bc * g.OH + oh) * g.OW;
         if (is_max) {

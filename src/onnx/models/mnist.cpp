@@ -22,7 +22,8 @@ Result<std::vector<float>> mnist_pixels(const Image& image) {
 }
 
 Result<std::vector<MnistResult>> mnist_classify_batch(
-    const Model& model, const std::vector<const std::vector<float>*>& pixels, ThreadPool* pool) {
+    const Model& model, const std::vector<const std::vector<float>*>& pixels, ThreadPool* pool,
+    RunStats* stats) {
   const Graph& g = model.graph();
   if (g.inputs.size() != 1 || g.outputs.size() != 1) {
     return make_error(StatusCode::kInvalidArgument,
@@ -40,7 +41,7 @@ Result<std::vector<MnistResult>> mnist_classify_batch(
     }
     std::memcpy(x.mutable_data<float>() + b * kPixels, pixels[b]->data(), kPixels * sizeof(float));
   }
-  POWER_ASSIGN_OR_RETURN(auto outs, model.run({std::move(x)}, pool));
+  POWER_ASSIGN_OR_RETURN(auto outs, model.run({std::move(x)}, pool, stats));
   const Tensor& y = outs[0];
   if (y.dtype != DType::kF32 || y.numel() != 10 * B) {
     return make_error(StatusCode::kInvalidArgument, "MNIST output must hold {} floats, got {}",

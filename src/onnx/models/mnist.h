@@ -24,9 +24,9 @@ Result<std::vector<float>> mnist_pixels(const Image& image);
 
 // Several images (their mnist_pixels) in one run of a [B, 1, 28, 28] input, one result per
 // image. Above one image the model must take a stacked batch (LoadOptions::batch_inputs).
-// mnist_classify is this with one image.
+// mnist_classify is this with one image. stats, when given, gets the run's (Model::run).
 Result<std::vector<MnistResult>> mnist_classify_batch(
     const Model& model, const std::vector<const std::vector<float>*>& pixels,
-    ThreadPool* pool = nullptr);
+    ThreadPool* pool = nullptr, RunStats* stats = nullptr);
 
 }  // namespace power::onnx
