@@ -608,6 +608,9 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
 #if defined(POWER_ONNX_AVX2)
   const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
   const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
+  // The plane kernels apply the steps in registers when they have a vector form.
+  const std::vector<FusedStep>* dw_steps =
+      !epi.empty() && tile_epilogue_supported(epi) ? &epi : nullptr;
   if (dw_avx2) {  // each thread's padded, phase-split copy of the plane it works on
     POWER_ASSIGN_OR_RETURN(
         col, make_tensor_uninit(DType::kF32, {threads, depthwise_scratch_floats(dg)}));
@@ -622,11 +625,18 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
           const float bc = bias ? bias[c] : 0.0f;
 #if defined(POWER_ONNX_AVX2)
           if (dw_avx2) {
-            depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane,
-                                 col.mutable_data<float>() + thread * col.shape[1]);
-          } else
+            float* scratch = col.mutable_data<float>() + thread * col.shape[1];
+            const auto ch = static_cast<int64_t>(c);
+            if (cpu_isa() == CpuIsa::kAvx512) {
+              depthwise_plane_avx512(dg, xplane, pw + c * kk, bc, plane, scratch, dw_steps, ch);
+            } else {
+              depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane, scratch, dw_steps, ch);
+            }
+            if (!dw_steps && !epi.empty()) apply_epilogue(epi, nullptr, ch, plane, P);
+            continue;
+          }
 #endif
-            depthwise_plane(g, xplane, pw + c * kk, bc, plane);
+          depthwise_plane(g, xplane, pw + c * kk, bc, plane);
           if (!epi.empty()) apply_epilogue(epi, nullptr, static_cast<int64_t>(c), plane, P);
         }
       });

@@ -25,6 +25,7 @@ namespace {
 constexpr int64_t kRows = 6;
 constexpr int64_t kCols = 16;
 constexpr int64_t kPanel = 256;
+constexpr int64_t kPrefetch = 8 * kCols;  // floats ahead of a strip row (512 bytes)
 
 __m256i lane_mask(int64_t n) {  // lanes < n set (n clamped to 0..8)
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -64,8 +65,15 @@ void tile(int64_t k0, int64_t k1, const float* a, int64_t lda, const float* b, i
       c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
     }
   }
+  // Row by row: with 16 vector registers, the step-by-step form over all rows (the AVX-512
+  // tile's) makes the compiler keep the accumulators in memory through the k loop.
   if (ep)
-    for (int r = 0; r < R; ++r) tile_row_epilogue<Ops256>(*ep, row + r, c0[r], c1[r]);
+    for (int r = 0; r < R; ++r) {
+      __m256 t[1][2] = {{c0[r], c1[r]}};
+      tile_epilogue<Ops256, 1>(*ep, row + r, t);
+      c0[r] = t[0][0];
+      c1[r] = t[0][1];
+    }
   for (int r = 0; r < R; ++r) {
     if constexpr (kFull) {
       _mm256_storeu_ps(c + r * ldc, c0[r]);
@@ -111,9 +119,12 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
       const int64_t n = std::min(kCols, j1 - j);
       // The panel's 16-column strip of B, copied contiguous (zero past column n): its rows lie
       // ldb apart in B, often a multiple of 4 KiB (one L1 set); the row tiles read it in order.
+      // Each row's part of the strip eight strips on is prefetched: the rows are more streams
+      // than the hardware prefetcher follows. (A prefetch past the row's end does not fault.)
       const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
       for (int64_t k = kt; k < ke; ++k) {
         const float* bk = (brows ? brows[k] : B + k * ldb) + j;
+        _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetch), _MM_HINT_T0);
         _mm256_store_ps(strip + (k - kt) * kCols, _mm256_maskload_ps(bk, m0));
         _mm256_store_ps(strip + (k - kt) * kCols + 8, _mm256_maskload_ps(bk + 8, m1));
       }
@@ -138,24 +149,14 @@ void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias,
 
 namespace {
 
-// The padded, phase-split plane of depthwise_plane_avx2: rows of sw phases, each `wq` floats;
-// phase p, index q holds input column q * sw + p - pl of the row's input row (zero outside).
-struct PhasePlane {
-  int64_t rows, wq;
-};
-
-PhasePlane phase_plane(const DepthwiseGeo& g) {
-  const int64_t ow_round = (g.OW + 7) / 8 * 8;  // the 8-column blocks read whole vectors
-  const int64_t qmax = (g.kw - 1) * g.dw / g.sw;
-  return {(g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, ow_round + qmax};
-}
-
 // A depthwise plane's taps: weights w[kh, kw], the column offset of each kernel column within
 // a padded row (phase and index), the distance between kernel rows in the scratch.
 struct DwTaps {
   const float* w;
   const int64_t* off;
   int64_t kh, kw, row_step;
+  const std::vector<FusedStep>* steps;  // applied in registers before the store; may be null
+  int64_t c;                            // the plane's channel (for per-channel steps)
 };
 
 // NR output rows (rows `row_ld` apart in the scratch, `y_ld` apart in the output) by NB vectors
@@ -163,9 +164,9 @@ struct DwTaps {
 template <int NR, int NB>
 void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y, int64_t y_ld,
               int64_t last) {
-  __m256 acc[NR][NB];
+  __m256 acc[1][NR * NB];  // row r's vector b is acc[0][r * NB + b]: all one channel
   for (int r = 0; r < NR; ++r)
-    for (int b = 0; b < NB; ++b) acc[r][b] = _mm256_set1_ps(bias);
+    for (int b = 0; b < NB; ++b) acc[0][r * NB + b] = _mm256_set1_ps(bias);
   for (int64_t i = 0; i < t.kh; ++i) {
     const float* xr = x + i * t.row_step;
     for (int64_t j = 0; j < t.kw; ++j) {
@@ -173,16 +174,18 @@ void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float
       const float* xj = xr + t.off[j];
       for (int r = 0; r < NR; ++r)
         for (int b = 0; b < NB; ++b)
-          acc[r][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xj + r * row_ld + b * 8), acc[r][b]);
+          acc[0][r * NB + b] =
+              _mm256_fmadd_ps(wv, _mm256_loadu_ps(xj + r * row_ld + b * 8), acc[0][r * NB + b]);
     }
   }
+  if (t.steps) epilogue_regs<Ops256, 1, NR * NB>(*t.steps, nullptr, t.c, acc);
   const __m256i tail = lane_mask(last);
   for (int r = 0; r < NR; ++r) {
-    for (int b = 0; b + 1 < NB; ++b) _mm256_storeu_ps(y + r * y_ld + b * 8, acc[r][b]);
+    for (int b = 0; b + 1 < NB; ++b) _mm256_storeu_ps(y + r * y_ld + b * 8, acc[0][r * NB + b]);
     if (last == 8) {
-      _mm256_storeu_ps(y + r * y_ld + (NB - 1) * 8, acc[r][NB - 1]);
+      _mm256_storeu_ps(y + r * y_ld + (NB - 1) * 8, acc[0][r * NB + NB - 1]);
     } else {
-      _mm256_maskstore_ps(y + r * y_ld + (NB - 1) * 8, tail, acc[r][NB - 1]);
+      _mm256_maskstore_ps(y + r * y_ld + (NB - 1) * 8, tail, acc[0][r * NB + NB - 1]);
     }
   }
 }
@@ -210,16 +213,20 @@ void dw_block_dispatch(int rows, int nb, const DwTaps& t, const float* x, int64_
 
 }  // namespace
 
+DepthwiseLayout depthwise_layout(const DepthwiseGeo& g) {
+  const int64_t ow_round = (g.OW + 15) / 16 * 16;  // the 16-column blocks read whole vectors
+  const int64_t qmax = (g.kw - 1) * g.dw / g.sw;
+  return {(g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, ow_round + qmax};
+}
+
 int64_t depthwise_scratch_floats(const DepthwiseGeo& g) {
   if (g.OH <= 0 || g.OW <= 0) return 0;
-  const PhasePlane pp = phase_plane(g);
+  const DepthwiseLayout pp = depthwise_layout(g);
   return pp.rows * g.sw * pp.wq;
 }
 
-void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                          float* yout, float* scratch) {
-  if (g.OH <= 0 || g.OW <= 0) return;
-  const PhasePlane pp = phase_plane(g);
+void depthwise_fill(const DepthwiseGeo& g, const float* xin, float* scratch) {
+  const DepthwiseLayout pp = depthwise_layout(g);
   const int64_t ld = g.sw * pp.wq;
   for (int64_t r = 0; r < pp.rows; ++r) {
     float* dst = scratch + r * ld;
@@ -262,11 +269,20 @@ void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* 
       std::fill(ph + hi, ph + pp.wq, 0.0f);
     }
   }
+}
+
+void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
+                          float* yout, float* scratch, const std::vector<FusedStep>* steps,
+                          int64_t c) {
+  if (g.OH <= 0 || g.OW <= 0) return;
+  depthwise_fill(g, xin, scratch);
+  const DepthwiseLayout pp = depthwise_layout(g);
+  const int64_t ld = g.sw * pp.wq;
   // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
   // ow + (j * dw) / sw.
   int64_t off[kDepthwiseMaxKw];
   for (int64_t j = 0; j < g.kw; ++j) off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
-  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld};
+  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld, steps, c};
   const int64_t full = g.OW / 8, rem = g.OW % 8;  // whole vectors per row; columns after them
   const int64_t vecs = full + (rem ? 1 : 0);
   for (int64_t oh = 0; oh < g.OH; oh += 2) {

@@ -41,20 +41,37 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
                        const float* const* brows = nullptr);
 
 // One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
-// zero-padded input plane xin[H, W], any strides and dilations. The plane is first copied into
-// `scratch` with its zero border and each row split into `sw` phases (phase p holds the padded
-// columns p, p + sw, p + 2 sw, ...), so every tap of every output column is an in-bounds,
-// unit-stride read: two output rows by up to 32 columns keep up to eight accumulators in
-// registers across all taps and store once (the row's last vector masked). No column is summed
-// one by one. scratch holds depthwise_scratch_floats(g) floats. Same CPU condition as above.
-// Kernel widths up to kDepthwiseMaxKw (wider ones take the portable loop).
+// zero-padded input plane xin[H, W], any strides and dilations, then (when `steps` is given)
+// the fused steps of channel c in registers before the store (only chains
+// tile_epilogue_supported() accepts; the bits of apply_epilogue after the plane). The plane is
+// first copied into `scratch` with its zero border and each row split into `sw` phases (phase
+// p holds the padded columns p, p + sw, p + 2 sw, ...), so every tap of every output column is
+// an in-bounds, unit-stride read: two output rows by up to four vectors keep up to eight
+// accumulators in registers across all taps and store once (the row's last vector masked). No
+// column is summed one by one. scratch holds depthwise_scratch_floats(g) floats. Same CPU
+// condition as above. Kernel widths up to kDepthwiseMaxKw (wider ones take the portable loop).
 constexpr int64_t kDepthwiseMaxKw = 64;
 struct DepthwiseGeo {
   int64_t H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
 };
 int64_t depthwise_scratch_floats(const DepthwiseGeo& g);
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                          float* yout, float* scratch);
+                          float* yout, float* scratch,
+                          const std::vector<FusedStep>* steps = nullptr, int64_t c = 0);
+// The same plane with 512-bit registers (sgemm_avx512.cpp; two rows by up to 64 columns), the
+// same bits. Only call when cpu_isa() is kAvx512.
+void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
+                            float* yout, float* scratch,
+                            const std::vector<FusedStep>* steps = nullptr, int64_t c = 0);
+
+// The scratch layout both planes share: `rows` padded input rows of sw phases, each `wq`
+// floats (whole 16-column vectors past OW, plus the widest tap's reach); phase p, index q holds
+// input column q * sw + p - pl of the row's input row (zero outside). depthwise_fill writes it.
+struct DepthwiseLayout {
+  int64_t rows, wq;
+};
+DepthwiseLayout depthwise_layout(const DepthwiseGeo& g);
+void depthwise_fill(const DepthwiseGeo& g, const float* xin, float* scratch);
 
 // apply_epilogue (ops_internal.h) compiled for AVX2. Same CPU condition.
 void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,

@@ -3,7 +3,8 @@
 //
 // C[i0:i1, j0:j1] (+)= A[i0:i1, 0:K] * B[0:K, j0:j1], row-major, with the AVX2 block's structure
 // (sgemm_avx2.cpp) in 512-bit registers: per K panel, a 32-column strip of B is copied
-// contiguous (zero past the last column), then register tiles of up to 12 rows x 32 columns
+// contiguous (zero past the last column; each row's part four strips on is prefetched, as in
+// the AVX2 block), then register tiles of up to 12 rows x 32 columns
 // (24 accumulators; per k two loads of the strip, one broadcast of A per row, two FMAs per row)
 // pass over it. Row blocks are balanced (16 rows go as 8 + 8, not 12 + 4). Each C element is the
 // same chain of fused multiply-adds in ascending k as in the AVX2 block, so both give the same
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "onnx/sgemm_avx2.h"
 #include "onnx/tile_epilogue_impl.h"
@@ -24,6 +26,7 @@ namespace {
 constexpr int64_t kRows = 12;
 constexpr int64_t kCols = 32;
 constexpr int64_t kPanel = 256;
+constexpr int64_t kPrefetch = 4 * kCols;  // floats ahead of a strip row (512 bytes)
 
 __mmask16 lanes(int64_t n) {  // lanes < n set (n clamped to 0..16)
   n = std::clamp<int64_t>(n, 0, 16);
@@ -35,17 +38,17 @@ template <int R, bool kFull>
 void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c, int64_t ldc,
           int64_t n, bool load_c, const TileEpilogue* ep, int64_t row) {
   const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
-  __m512 c0[R], c1[R];
+  __m512 acc[R][2];
   for (int r = 0; r < R; ++r) {
     if (!load_c) {
-      c0[r] = _mm512_setzero_ps();
-      c1[r] = _mm512_setzero_ps();
+      acc[r][0] = _mm512_setzero_ps();
+      acc[r][1] = _mm512_setzero_ps();
     } else if constexpr (kFull) {
-      c0[r] = _mm512_loadu_ps(c + r * ldc);
-      c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
+      acc[r][0] = _mm512_loadu_ps(c + r * ldc);
+      acc[r][1] = _mm512_loadu_ps(c + r * ldc + 16);
     } else {
-      c0[r] = _mm512_maskz_loadu_ps(m0, c + r * ldc);
-      c1[r] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
+      acc[r][0] = _mm512_maskz_loadu_ps(m0, c + r * ldc);
+      acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
     }
   }
   for (int64_t k = 0; k < k1; ++k) {
@@ -53,19 +56,18 @@ void tile(int64_t k1, const float* a, int64_t lda, const float* strip, float* c,
     const __m512 b1 = _mm512_load_ps(strip + k * kCols + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(a[r * lda + k]);
-      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }
   }
-  if (ep)
-    for (int r = 0; r < R; ++r) tile_row_epilogue<Ops512>(*ep, row + r, c0[r], c1[r]);
+  if (ep) tile_epilogue<Ops512, R>(*ep, row, acc);
   for (int r = 0; r < R; ++r) {
     if constexpr (kFull) {
-      _mm512_storeu_ps(c + r * ldc, c0[r]);
-      _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+      _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+      _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
     } else {
-      _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
-      _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+      _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
+      _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
     }
   }
 }
@@ -77,6 +79,58 @@ constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFul
                                   tile<4, kFull>,  tile<5, kFull>,  tile<6, kFull>,
                                   tile<7, kFull>,  tile<8, kFull>,  tile<9, kFull>,
                                   tile<10, kFull>, tile<11, kFull>, tile<12, kFull>};
+
+// A depthwise plane's taps (depthwise_plane_avx512): weights w[kh, kw], the column offset of
+// each kernel column within a padded row, the distance between kernel rows in the scratch, and
+// the steps applied in registers (may be null) for channel c.
+struct DwTaps {
+  const float* w;
+  const int64_t* off;
+  int64_t kh, kw, row_step;
+  const std::vector<FusedStep>* steps;
+  int64_t c;
+};
+
+// NR output rows (`row_ld` apart in the scratch, `y_ld` apart in the output) by NB vectors of 16
+// columns, all taps summed in registers in the AVX2 block's order (bias, then tap (i, j) in
+// row-major order, one fused multiply-add each); the last vector stores the lanes of `tail`.
+template <int NR, int NB>
+void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y, int64_t y_ld,
+              __mmask16 tail) {
+  __m512 acc[1][NR * NB];  // row r's vector b is acc[0][r * NB + b]: all one channel
+  for (int v = 0; v < NR * NB; ++v) acc[0][v] = _mm512_set1_ps(bias);
+  for (int64_t i = 0; i < t.kh; ++i) {
+    const float* xr = x + i * t.row_step;
+    for (int64_t j = 0; j < t.kw; ++j) {
+      const __m512 wv = _mm512_set1_ps(t.w[i * t.kw + j]);
+      const float* xj = xr + t.off[j];
+      for (int r = 0; r < NR; ++r)
+        for (int b = 0; b < NB; ++b)
+          acc[0][r * NB + b] =
+              _mm512_fmadd_ps(wv, _mm512_loadu_ps(xj + r * row_ld + b * 16), acc[0][r * NB + b]);
+    }
+  }
+  if (t.steps) epilogue_regs<Ops512, 1, NR * NB>(*t.steps, nullptr, t.c, acc);
+  for (int r = 0; r < NR; ++r) {
+    for (int b = 0; b + 1 < NB; ++b) _mm512_storeu_ps(y + r * y_ld + b * 16, acc[0][r * NB + b]);
+    _mm512_mask_storeu_ps(y + r * y_ld + (NB - 1) * 16, tail, acc[0][r * NB + NB - 1]);
+  }
+}
+
+template <int NR>
+void dw_block_rows(int nb, const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y,
+                   int64_t y_ld, __mmask16 tail) {
+  switch (nb) {
+    case 1:
+      return dw_block<NR, 1>(t, x, row_ld, bias, y, y_ld, tail);
+    case 2:
+      return dw_block<NR, 2>(t, x, row_ld, bias, y, y_ld, tail);
+    case 3:
+      return dw_block<NR, 3>(t, x, row_ld, bias, y, y_ld, tail);
+    default:
+      return dw_block<NR, 4>(t, x, row_ld, bias, y, y_ld, tail);
+  }
+}
 
 }  // namespace
 
@@ -99,6 +153,8 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
       const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
       for (int64_t k = kt; k < ke; ++k) {
         const float* bk = (brows ? brows[k] : B + k * ldb) + j;
+        _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetch), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(bk + kPrefetch + 16), _MM_HINT_T0);
         _mm512_store_ps(strip + (k - kt) * kCols, _mm512_maskz_loadu_ps(m0, bk));
         _mm512_store_ps(strip + (k - kt) * kCols + 16, _mm512_maskz_loadu_ps(m1, bk + 16));
       }
@@ -106,6 +162,34 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
         const int64_t rows = std::min(per, i1 - i);
         const TileFn fn = n == kCols ? kTiles<true>[rows - 1] : kTiles<false>[rows - 1];
         fn(ke - kt, A + i * lda + kt, lda, strip, C + i * ldc + j, ldc, n, load_c, last, i);
+      }
+    }
+  }
+}
+
+void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
+                            float* yout, float* scratch, const std::vector<FusedStep>* steps,
+                            int64_t c) {
+  if (g.OH <= 0 || g.OW <= 0) return;
+  depthwise_fill(g, xin, scratch);
+  const DepthwiseLayout pp = depthwise_layout(g);
+  const int64_t ld = g.sw * pp.wq;
+  // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
+  // ow + (j * dw) / sw.
+  int64_t off[kDepthwiseMaxKw];
+  for (int64_t j = 0; j < g.kw; ++j) off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
+  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld, steps, c};
+  const int64_t vecs = (g.OW + 15) / 16;  // vectors per output row, the last maybe partial
+  for (int64_t oh = 0; oh < g.OH; oh += 2) {
+    const float* top = scratch + oh * g.sh * ld;
+    float* yr = yout + oh * g.OW;
+    for (int64_t v = 0; v < vecs; v += 4) {
+      const int nb = static_cast<int>(std::min<int64_t>(4, vecs - v));
+      const __mmask16 tail = lanes(g.OW - (v + nb - 1) * 16);
+      if (oh + 1 < g.OH) {  // two output rows per pass: up to 8 accumulator chains
+        dw_block_rows<2>(nb, taps, top + v * 16, g.sh * ld, bias, yr + v * 16, g.OW, tail);
+      } else {
+        dw_block_rows<1>(nb, taps, top + v * 16, g.sh * ld, bias, yr + v * 16, g.OW, tail);
       }
     }
   }

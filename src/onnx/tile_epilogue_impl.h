@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "onnx/graph.h"
 #include "onnx/sgemm_avx2.h"
@@ -51,94 +52,114 @@ struct Ops512 {
 };
 #endif
 
-// Row `row` of C (output channel e.c + row) held in two vectors: bias, then each step.
-template <class O>
-__attribute__((always_inline)) inline void tile_row_epilogue(const TileEpilogue& e, int64_t row,
-                                                             typename O::V& t0, typename O::V& t1) {
+// f(0), f(1), ..., f(R - 1), each call inlined with its constant index, so arrays of registers
+// indexed by it stay in registers.
+template <int R, class F>
+__attribute__((always_inline)) inline void each_row(F&& f) {
+  [&]<int... r>(std::integer_sequence<int, r...>) {
+    (f(r), ...);
+  }
+  (std::make_integer_sequence<int, R>());
+}
+
+// The bias and steps on R rows of N vectors each, held in registers t[r][n]: row r is output
+// channel c + r and gets bias[r] first (none when bias is null). Step by step over all the
+// vectors, so a step's kind is decided once per block rather than once per row, and the
+// values never leave their registers (the SGEMM tiles: R rows of C, two vectors each; a
+// depthwise plane: one channel, N vectors).
+template <class O, int R, int N>
+__attribute__((always_inline)) inline void epilogue_regs(const std::vector<FusedStep>& steps,
+                                                         const float* bias, int64_t c,
+                                                         typename O::V (&t)[R][N]) {
   using V = typename O::V;
-  if (e.bias) {
-    const V b = O::set1(e.bias[row]);
-    t0 = O::add(t0, b);
-    t1 = O::add(t1, b);
+  if (bias) {
+    each_row<R>([&](int r) __attribute__((always_inline)) {
+      const V b = O::set1(bias[r]);
+      each_row<N>([&](int n) __attribute__((always_inline)) { t[r][n] = O::add(t[r][n], b); });
+    });
   }
   const V zero = O::set1(0.0f), one = O::set1(1.0f);
-  V h0 = zero, h1 = zero;
-  const int64_t c = e.c + row;
-  for (const FusedStep& st : *e.steps) {
-    const V a = O::set1(st.channel.empty() ? st.a : st.channel[static_cast<size_t>(c)]);
+  V h[R][N];  // the saved values (kSave)
+  each_row<R>([&](int r) __attribute__((always_inline)) {
+    each_row<N>([&](int n) __attribute__((always_inline)) { h[r][n] = zero; });
+  });
+  for (const FusedStep& st : steps) {
+    const float* ch = st.channel.empty() ? nullptr : st.channel.data() + c;
+    // Applies op(t, h, a) to every vector, a being the step's constant or the row's channel
+    // value.
+    auto all = [&](auto op) __attribute__((always_inline)) {
+      each_row<R>([&](int r) __attribute__((always_inline)) {
+        const V a = O::set1(ch ? ch[r] : st.a);
+        each_row<N>([&](int n)
+                        __attribute__((always_inline)) { t[r][n] = op(t[r][n], h[r][n], a); });
+      });
+    };
     switch (st.kind) {
       case FusedStep::kSave:
-        h0 = t0;
-        h1 = t1;
+        each_row<R>([&](int r) __attribute__((always_inline)) {
+          each_row<N>([&](int n) __attribute__((always_inline)) { h[r][n] = t[r][n]; });
+        });
         break;
       case FusedStep::kAdd:
-        t0 = O::add(t0, a);
-        t1 = O::add(t1, a);
+        all([](V t, V, V a) { return O::add(t, a); });
         break;
       case FusedStep::kSub:
-        t0 = O::sub(t0, a);
-        t1 = O::sub(t1, a);
+        all([](V t, V, V a) { return O::sub(t, a); });
         break;
       case FusedStep::kRSub:
-        t0 = O::sub(a, t0);
-        t1 = O::sub(a, t1);
+        all([](V t, V, V a) { return O::sub(a, t); });
         break;
       case FusedStep::kMul:
-        t0 = O::mul(t0, a);
-        t1 = O::mul(t1, a);
+        all([](V t, V, V a) { return O::mul(t, a); });
         break;
       case FusedStep::kDiv:
-        t0 = O::div(t0, a);
-        t1 = O::div(t1, a);
+        all([](V t, V, V a) { return O::div(t, a); });
         break;
       case FusedStep::kRDiv:
-        t0 = O::div(a, t0);
-        t1 = O::div(a, t1);
+        all([](V t, V, V a) { return O::div(a, t); });
         break;
       case FusedStep::kAddS:
-        t0 = O::add(t0, h0);
-        t1 = O::add(t1, h1);
+        all([](V t, V h, V) { return O::add(t, h); });
         break;
       case FusedStep::kSubS:
-        t0 = O::sub(t0, h0);
-        t1 = O::sub(t1, h1);
+        all([](V t, V h, V) { return O::sub(t, h); });
         break;
       case FusedStep::kRSubS:
-        t0 = O::sub(h0, t0);
-        t1 = O::sub(h1, t1);
+        all([](V t, V h, V) { return O::sub(h, t); });
         break;
       case FusedStep::kMulS:
-        t0 = O::mul(t0, h0);
-        t1 = O::mul(t1, h1);
+        all([](V t, V h, V) { return O::mul(t, h); });
         break;
       case FusedStep::kDivS:
-        t0 = O::div(t0, h0);
-        t1 = O::div(t1, h1);
+        all([](V t, V h, V) { return O::div(t, h); });
         break;
       case FusedStep::kRDivS:
-        t0 = O::div(h0, t0);
-        t1 = O::div(h1, t1);
+        all([](V t, V h, V) { return O::div(h, t); });
         break;
       case FusedStep::kClip: {  // std::min(std::max(t, lo), hi)
         const V hi = O::set1(st.b);
-        t0 = O::min(hi, O::max(a, t0));
-        t1 = O::min(hi, O::max(a, t1));
+        all([&](V t, V, V a) { return O::min(hi, O::max(a, t)); });
         break;
       }
       case FusedStep::kRelu:  // t > 0 ? t : 0
-        t0 = O::max(t0, zero);
-        t1 = O::max(t1, zero);
+        all([&](V t, V, V) { return O::max(t, zero); });
         break;
       case FusedStep::kHardSigmoid: {  // std::max(0, std::min(1, a * t + b))
         const V b = O::set1(st.b);
-        t0 = O::max(O::min(O::add(O::mul(a, t0), b), one), zero);
-        t1 = O::max(O::min(O::add(O::mul(a, t1), b), one), zero);
+        all([&](V t, V, V a) { return O::max(O::min(O::add(O::mul(a, t), b), one), zero); });
         break;
       }
       case FusedStep::kSigmoid:  // excluded by tile_epilogue_supported
         break;
     }
   }
+}
+
+// Rows row .. row + R - 1 of an SGEMM register tile (two vectors each): e's bias and steps.
+template <class O, int R>
+__attribute__((always_inline)) inline void tile_epilogue(const TileEpilogue& e, int64_t row,
+                                                         typename O::V (&t)[R][2]) {
+  epilogue_regs<O, R, 2>(*e.steps, e.bias ? e.bias + row : nullptr, e.c + row, t);
 }
 
 }  // namespace

@@ -463,6 +463,79 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
   // The Sigmoid step has no vector form with the scalar bits: such chains stay a separate pass.
   EXPECT_FALSE(tile_epilogue_supported({FusedStep{FusedStep::kSigmoid, 0, 0, {}}}));
 }
+
+// The depthwise plane kernels (AVX2: two rows by up to 4 x 8 columns; AVX-512: up to 4 x 16)
+// with the steps applied in registers against the plane stored first and apply_epilogue run
+// over it, step kind by step kind as above, scalar and per-channel operands; and the AVX-512
+// plane against the AVX2 plane without steps. The input planes hold the special values, and the
+// geometries leave partial vectors and blocks, an odd last row, strides 1-3 and a dilation.
+TEST(OnnxFuse, DepthwisePlaneEpilogueGivesTheSeparatePassBits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> special = {nan,    -nan,   inf,    -inf,  0.0f,  -0.0f,
+                                      1e-45f, 3.0f,   -3.0f,  6.0f,  0.5f,  1e30f,
+                                      3e38f,  -3e38f, 1e-40f, 88.0f, -1.0f, 2.5f};
+  // H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl (OH and OW from the pads below).
+  auto geo = [](int64_t H, int64_t W, int64_t k, int64_t s, int64_t d, int64_t pad) {
+    const int64_t OH = (H + 2 * pad - d * (k - 1) - 1) / s + 1;
+    const int64_t OW = (W + 2 * pad - d * (k - 1) - 1) / s + 1;
+    return DepthwiseGeo{H, W, OH, OW, k, k, s, s, d, d, pad, pad};
+  };
+  const DepthwiseGeo geos[] = {geo(9, 70, 3, 1, 1, 1), geo(7, 131, 5, 2, 1, 2),
+                               geo(6, 100, 3, 3, 1, 1), geo(5, 17, 3, 1, 2, 2),
+                               geo(3, 64, 3, 1, 1, 1)};
+  const CpuIsa saved = cpu_isa();
+  auto channel = random_floats(5, -3, 3, 31);
+  channel[2] = -0.0f;
+  int compared = 0;
+  for (const DepthwiseGeo& g : geos) {
+    SCOPED_TRACE(::testing::Message() << g.H << "x" << g.W << " k" << g.kh << " s" << g.sh << " d"
+                                      << g.dh << " pad " << g.pt);
+    std::vector<float> x = random_floats(static_cast<size_t>(g.H * g.W), -4, 4, 32);
+    for (size_t i = 0; i < x.size(); i += 7) x[i] = special[(i / 7) % special.size()];
+    const auto w = random_floats(static_cast<size_t>(g.kh * g.kw), -1, 1, 33);
+    std::vector<float> scratch(static_cast<size_t>(depthwise_scratch_floats(g)));
+    const size_t n = static_cast<size_t>(g.OH * g.OW);
+    std::vector<float> avx2_plane(n, 7.0f);
+    if (set_cpu_isa_for_testing(CpuIsa::kAvx2))
+      depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, avx2_plane.data(), scratch.data());
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (!set_cpu_isa_for_testing(isa)) continue;
+      auto plane = [&](float* y, const std::vector<FusedStep>* steps) {
+        if (isa == CpuIsa::kAvx512) {
+          depthwise_plane_avx512(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
+        } else {
+          depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
+        }
+      };
+      std::vector<float> bare(n, 7.0f);
+      plane(bare.data(), nullptr);
+      ASSERT_EQ(std::memcmp(bare.data(), avx2_plane.data(), n * sizeof(float)), 0)
+          << cpu_isa_name(isa) << " plane differs from the AVX2 plane";
+      for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
+        if (kind == FusedStep::kSigmoid) continue;
+        for (bool per_channel : {false, true}) {
+          FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f, {}};
+          if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f, {}};
+          if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f, {}};
+          if (per_channel) st.channel = channel;
+          const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0, {}},
+                                                FusedStep{FusedStep::kMul, -1.5f, 0, {}}, st};
+          std::vector<float> want = bare, got(n, 7.0f);
+          apply_epilogue(steps, nullptr, 2, want.data(), static_cast<int64_t>(n));
+          plane(got.data(), &steps);
+          ++compared;
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << cpu_isa_name(isa) << " kind " << kind << (per_channel ? " per channel" : "")
+                << " at " << i << ": " << got[i] << ", separate pass " << want[i];
+        }
+      }
+    }
+  }
+  set_cpu_isa_for_testing(saved);
+  if (compared == 0) GTEST_SKIP() << "no AVX2 on this CPU: there are no plane kernels";
+}
 #endif
 
 // x -> Conv(W, B) -> y with the given group, pads (top, left, bottom, right), dilation (both
