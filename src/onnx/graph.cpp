@@ -215,9 +215,12 @@ struct Loader {
     if (n.outputs.size() != 1 || n.outputs[0] < 0 || !n.captures.empty()) return false;
     saved_reads = 0;
     for (int id : n.inputs) saved_reads += id == saved;
+    // One value: a scalar or [1]; with a rank-4 output (channels known), any shape of ones up
+    // to rank 4 ([1,1,1] after a one-channel ConvTranspose), which leaves the shape as it is.
     auto scalar = [&](int id, float& v) {
       const Tensor* t = constant_value(g, producer, id);
-      if (!t || t->dtype != DType::kF32 || t->numel() != 1 || t->rank() > 1 || !t->buf)
+      if (!t || t->dtype != DType::kF32 || t->numel() != 1 || t->rank() > (channels > 0 ? 4 : 1) ||
+          !t->buf)
         return false;
       v = t->data<float>()[0];
       return true;

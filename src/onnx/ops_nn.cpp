@@ -813,7 +813,22 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
   int64_t OW = sw * (W - 1) + opw + (kw - 1) * dw + 1 - pl - pr;
   if (OH <= 0 || OW <= 0) return op_error(n, "empty output");
   Shape os = sp == 2 ? Shape{N, M, OH, OW} : Shape{N, M, OW};
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(DType::kF32, os));
+  // The bias and the fused steps go on each output plane after the scatter (the separate
+  // nodes' bits).
+  const float* bias = nullptr;
+  if (in.size() > 2 && in[2]) {
+    if (in[2]->numel() != M || in[2]->dtype != DType::kF32)
+      return op_error(n, "bias length differs from output channels");
+    bias = in[2]->data<float>();
+  }
+  // Taps that tile the output (kernel = stride, no dilation, pads or output padding: the OCR
+  // detector's 2x2, stride-2 upsampling) each write a distinct output pixel, so every output is
+  // 0 + one product, written in one pass per output row, its bias and steps applied while the
+  // row is in cache; no zero-filled output is read back.
+  const bool tiled = sh == kh && sw == kw && dh == 1 && dw == 1 && pt == 0 && pb == 0 && pl == 0 &&
+                     pr == 0 && oph == 0 && opw == 0;
+  POWER_ASSIGN_OR_RETURN(
+      out[0], tiled ? make_tensor_uninit(DType::kF32, os) : make_tensor(DType::kF32, os));
   int64_t HW = H * W, kk = mg * kh * kw;
   std::vector<float> wt(static_cast<size_t>(kk * cg)), col(static_cast<size_t>(kk * HW));
   float* py = out[0].mutable_data<float>();
@@ -826,6 +841,28 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
       const float* xin = x.data<float>() + (b * C + gi * cg) * HW;
       sgemm(ctx.pool, kk, HW, cg, wt.data(), cg, false, xin, HW, false, col.data(), HW, false);
       float* yout = py + (b * M + gi * mg) * OH * OW;
+      if (tiled) {  // output (ih * kh + i, iw * kw + j) = 0 + tap (i, j) at input (ih, iw)
+        auto planes = [&](size_t m0, size_t m1, int) {
+          for (auto m = static_cast<int64_t>(m0); m < static_cast<int64_t>(m1); ++m)
+            for (int64_t oh = 0; oh < OH; ++oh) {
+              const int64_t ih = oh / kh, i = oh % kh;
+              float* __restrict yr = yout + (m * OH + oh) * OW;
+              for (int64_t j = 0; j < kw; ++j) {
+                const float* __restrict xr = col.data() + ((m * kh + i) * kw + j) * HW + ih * W;
+                for (int64_t iw = 0; iw < W; ++iw) yr[iw * kw + j] = 0.0f + xr[iw];
+              }
+              const int64_t c = gi * mg + m;
+              if (bias || !n.epilogue.empty())
+                apply_epilogue(n.epilogue, bias ? bias + c : nullptr, c, yr, OW);
+            }
+        };
+        if (ctx.pool && mg > 1) {
+          ctx.pool->parallel_for(static_cast<size_t>(mg), planes);
+        } else {
+          planes(0, static_cast<size_t>(mg), 0);
+        }
+        continue;
+      }
       // Tap (i, j) adds input pixel (ih, iw) to output (ih * sh - pt + i * dh, iw * sw - pl +
       // j * dw); the input columns whose output column is inside [0, OW) are [lo, hi), found
       // once per tap column, so the scatter has no bounds test (same order, same bits).
@@ -846,14 +883,7 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
           }
     }
   }
-  // The bias, then the fused elementwise steps (the separate nodes' bits), per output plane.
-  const float* bias = nullptr;
-  if (in.size() > 2 && in[2]) {
-    if (in[2]->numel() != M || in[2]->dtype != DType::kF32)
-      return op_error(n, "bias length differs from output channels");
-    bias = in[2]->data<float>();
-  }
-  if (bias || !n.epilogue.empty()) {
+  if (!tiled && (bias || !n.epilogue.empty())) {
     for (int64_t b = 0; b < N; ++b)
       for (int64_t m = 0; m < M; ++m)
         apply_epilogue(n.epilogue, bias ? bias + m : nullptr, m, py + (b * M + m) * OH * OW,

@@ -721,6 +721,76 @@ TEST(OnnxFuse, ConvTransposeTakesTheChainAfterIt) {
 
 // No input channels: the product has K = 0 and the output is the bias (then the epilogue);
 // no output channels: an empty output. Neither may divide by zero or read unwritten bytes.
+// A ConvTranspose whose taps tile the output (kernel = stride, no pads or dilation: the OCR
+// detector's 2x2 stride-2 upsampling) writes each output once, row by row, with the bias and
+// steps applied per row. Against a float64 reference (group 1 and 2, square and non-square
+// kernels, one and two threads), and the detector head's one-channel tail: the Add of a [1,1,1]
+// constant and the Sigmoid fuse (a shape of ones leaves the output shape as it is) with the
+// separate nodes' bits.
+TEST(OnnxFuse, ConvTransposeThatTilesItsOutputMatchesFloat64Reference) {
+  struct Geo {
+    int64_t kh, kw, C, M, group, H, W;
+  };
+  for (const Geo& q :
+       {Geo{2, 2, 4, 6, 1, 5, 7}, Geo{3, 2, 4, 4, 2, 3, 9}, Geo{2, 3, 6, 2, 2, 4, 33}}) {
+    SCOPED_TRACE(::testing::Message() << q.kh << "x" << q.kw << " C" << q.C << " M" << q.M << " g"
+                                      << q.group << " " << q.H << "x" << q.W);
+    const int64_t mg = q.M / q.group, cg = q.C / q.group;
+    const auto w = random_floats(static_cast<size_t>(q.C * mg * q.kh * q.kw), -1, 1, 41);
+    const auto bias = random_floats(static_cast<size_t>(q.M), -1, 1, 42);
+    const auto xv = random_floats(static_cast<size_t>(q.C * q.H * q.W), -1, 1, 43);
+    GraphBuilder b(13);
+    b.input("x", {1, q.C, q.H, q.W});
+    b.init("W", {q.C, mg, q.kh, q.kw}, w);
+    b.init("B", {q.M}, bias);
+    auto* n = b.node("ConvTranspose", {"x", "W", "B"}, "y");
+    GraphBuilder::attr_i(n, "group", q.group);
+    GraphBuilder::attr_ints(n, "strides", {q.kh, q.kw});
+    b.output("y");
+    const std::string bytes = b.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const Tensor x = make_f32({1, q.C, q.H, q.W}, xv);
+    ThreadPool two(2);
+    auto one = (*m)->run({x});
+    auto both = (*m)->run({x}, &two);
+    ASSERT_TRUE(one.ok() && both.ok());
+    const Tensor& y = (*one)[0];
+    ASSERT_EQ(y.shape, (Shape{1, q.M, q.H * q.kh, q.W * q.kw}));
+    EXPECT_EQ(std::memcmp(y.data<float>(), (*both)[0].data<float>(), y.nbytes()), 0);
+    for (int64_t oc = 0; oc < q.M; ++oc)
+      for (int64_t oh = 0; oh < q.H * q.kh; ++oh)
+        for (int64_t ow = 0; ow < q.W * q.kw; ++ow) {
+          const int64_t gi = oc / mg, m_in = oc % mg, ih = oh / q.kh, iw = ow / q.kw;
+          double ref = bias[oc], mag = std::fabs(bias[oc]);
+          for (int64_t c = gi * cg; c < (gi + 1) * cg; ++c) {
+            const double p = static_cast<double>(xv[(c * q.H + ih) * q.W + iw]) *
+                             w[((c * mg + m_in) * q.kh + oh % q.kh) * q.kw + ow % q.kw];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_NEAR(y.data<float>()[(oc * q.H * q.kh + oh) * q.W * q.kw + ow], ref,
+                      2.0 * (cg + 1) * 0x1p-23 * mag)
+              << "oc" << oc << " (" << oh << "," << ow << ")";
+        }
+  }
+  GraphBuilder b(13);
+  b.input("x", {1, 4, 5, 7});
+  b.init("W", {4, 1, 2, 2}, random_floats(16, -1, 1, 44));
+  b.init("b", {1, 1, 1}, {-0.375f});
+  auto* n = b.node("ConvTranspose", {"x", "W"}, "y");
+  GraphBuilder::attr_ints(n, "strides", {2, 2});
+  b.node("Add", {"y", "b"}, "a");
+  b.node("Sigmoid", {"a"}, "out");
+  b.output("out");
+  const Loaded l = load_both(b.bytes());
+  ASSERT_TRUE(l.fused && l.plain);
+  using Counts = std::map<std::string, int>;
+  EXPECT_EQ(l.fused->op_counts(), (Counts{{"ConvTranspose", 1}}));
+  EXPECT_EQ(l.fused->fused_counts(), (Counts{{"Add", 1}, {"Sigmoid", 1}}));
+  expect_same_bits(l, input(4));
+}
+
 TEST(OnnxFuse, ConvWithoutChannelsIsBiasOrEmpty) {
   for (int threads : {1, 2}) {
     GraphBuilder b(13);
