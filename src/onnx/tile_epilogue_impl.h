@@ -56,7 +56,7 @@ struct Ops512 {
 // indexed by it stay in registers.
 template <int R, class F>
 __attribute__((always_inline)) inline void each_row(F&& f) {
-  [&]<int... r>(std::integer_sequence<int, r...>) {
+  [&]<int... r>(std::integer_sequence<int, r...>) __attribute__((always_inline)) {
     (f(r), ...);
   }
   (std::make_integer_sequence<int, R>());
