@@ -1,6 +1,7 @@
 #include "onnx/models/paddleocr.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 
@@ -251,10 +252,16 @@ Result<PaddleOcr> PaddleOcr::load(const std::string& det_path, const std::string
 
 namespace {
 
-// The recognizer's input value of byte v (RGB channel k goes to BGR plane 2 - k).
-float rec_value(uint8_t v) {
-  const float f = v / 255.0f;
-  return (f - 0.5f) / 0.5f;
+// The recognizer's input value of each byte v, (v / 255 - 0.5) / 0.5, computed once (RGB
+// channel k goes to BGR plane 2 - k).
+const std::array<float, 256>& rec_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int v = 0; v < 256; ++v)
+      t[static_cast<size_t>(v)] = (static_cast<float>(v) / 255.0f - 0.5f) / 0.5f;
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace
@@ -266,8 +273,9 @@ Result<OcrLine> PaddleOcr::recognize_h48(const Image& img, ThreadPool* pool) con
   const int W = img.width;
   POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, 48, W}));
   float* px = x.mutable_data<float>();
+  const std::array<float, 256>& value = rec_values();
   each_sample(img, [&](int y, int i, int k, uint8_t v) {
-    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = rec_value(v);
+    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = value[v];
   });
   return recognize_input(x, pool);
 }
@@ -318,15 +326,16 @@ Result<OcrLine> PaddleOcr::recognize(const Image& src, ThreadPool* pool) const {
   const int W = std::max(w, 320);
   POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, 48, W}));
   float* px = x.mutable_data<float>();
+  const std::array<float, 256>& value = rec_values();
   if (w < W) {
-    const float pad = rec_value(128);
+    const float pad = value[128];
     for (int c = 0; c < 3; ++c)
       for (int y = 0; y < 48; ++y)
         std::fill(px + (static_cast<size_t>(c) * 48 + y) * W + w,
                   px + (static_cast<size_t>(c) * 48 + y + 1) * W, pad);
   }
   resize_bilinear_each(img, w, 48, [&](int y, int i, int k, uint8_t v) {
-    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = rec_value(v);
+    px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = value[v];
   });
   return recognize_input(x, pool);
 }
@@ -345,13 +354,18 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
   int rw = std::max(static_cast<int>(std::lround(W * ratio / 32.0)) * 32, 32);
   // The (resized) samples go straight into the detector's input: BGR planes, mean/std in that
   // order (as PaddleOCR); RGB channel k is plane 2 - k.
+  // Each plane's value of every byte is computed once (the same float operations, so the same
+  // bits): two divisions per sample were a tenth of a 480x640 page's detection time.
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  float table[3][256];
+  for (int c = 0; c < 3; ++c)
+    for (int b = 0; b < 256; ++b)
+      table[c][b] = (static_cast<float>(b) / 255.0f - mean[c]) / stdv[c];
   POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {1, 3, rh, rw}));
   float* px = x.mutable_data<float>();
   auto put = [&](int y, int i, int k, uint8_t byte) {
     const int c = 2 - k;
-    const float v = byte / 255.0f;
-    px[(static_cast<size_t>(c) * rh + y) * rw + i] = (v - mean[c]) / stdv[c];
+    px[(static_cast<size_t>(c) * rh + y) * rw + i] = table[c][byte];
   };
   if (rh == H && rw == W) {
     each_sample(img, put);
@@ -372,21 +386,27 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
   std::vector<int> label(bitmap.size(), -1);
   std::vector<OcrLine> lines;
   std::vector<int> stack;
+  // Per row, the region's leftmost and rightmost pixel: the hull of a region's pixels is the
+  // hull of these (every other pixel lies between two of them on its row), so they are all the
+  // hull is given (sorting every pixel was a tenth of the time outside the network).
+  std::vector<int> row_lo(static_cast<size_t>(ph), pw), row_hi(static_cast<size_t>(ph), -1);
   int regions = 0;
   for (int y0 = 0; y0 < ph; ++y0)
     for (int x0 = 0; x0 < pw; ++x0) {
       size_t s = static_cast<size_t>(y0) * pw + x0;
       if (!bitmap[s] || label[s] >= 0) continue;
       if (++regions > 1000) break;  // max_candidates
-      std::vector<Pt> pts;
       stack.assign(1, static_cast<int>(s));
       label[s] = regions;
+      int top = y0, bottom = y0;
       while (!stack.empty()) {
         int cur = stack.back();
         stack.pop_back();
         int cy = cur / pw, cx = cur % pw;
-        // Pixel corners, so a region's hull covers its pixels (as contour points do).
-        pts.push_back({static_cast<double>(cx), static_cast<double>(cy)});
+        row_lo[static_cast<size_t>(cy)] = std::min(row_lo[static_cast<size_t>(cy)], cx);
+        row_hi[static_cast<size_t>(cy)] = std::max(row_hi[static_cast<size_t>(cy)], cx);
+        top = std::min(top, cy);
+        bottom = std::max(bottom, cy);
         for (int dy = -1; dy <= 1; ++dy)
           for (int dx = -1; dx <= 1; ++dx) {
             int ny = cy + dy, nx = cx + dx;
@@ -397,6 +417,17 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
               stack.push_back(static_cast<int>(ns));
             }
           }
+      }
+      // Pixel positions (as contour points are).
+      std::vector<Pt> pts;
+      for (int y = top; y <= bottom; ++y) {
+        int& lo = row_lo[static_cast<size_t>(y)];
+        int& hi = row_hi[static_cast<size_t>(y)];
+        if (hi < 0) continue;
+        pts.push_back({static_cast<double>(lo), static_cast<double>(y)});
+        if (hi != lo) pts.push_back({static_cast<double>(hi), static_cast<double>(y)});
+        lo = pw;
+        hi = -1;
       }
       RotRect rr = min_area_rect(convex_hull(pts));
       if (std::min(rr.w, rr.h) < 3) continue;  // min_size
