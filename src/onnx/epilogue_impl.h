@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/ops.h"
 #include "onnx/graph.h"
 #include "onnx/ops_internal.h"
 
@@ -81,7 +82,7 @@ inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float
           for (int64_t i = 0; i < len; ++i) t[i] = relu_f32(t[i]);
           break;
         case FusedStep::kSigmoid:
-          for (int64_t i = 0; i < len; ++i) t[i] = sigmoid_f32(t[i]);
+          power::sigmoid(t, t, len);  // the Sigmoid kernel's (kernels layer, every ISA's bits)
           break;
         case FusedStep::kHardSigmoid:
           for (int64_t i = 0; i < len; ++i) t[i] = hard_sigmoid_f32(t[i], a, b);

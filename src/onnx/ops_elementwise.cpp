@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/ops.h"
 #include "onnx/ops_internal.h"
 
 namespace power::onnx {
@@ -468,8 +469,16 @@ Status unary_f32(const Node& n, const Ins& in, Outs& out, ThreadPool* pool, F f)
 Status op_relu(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   return unary_f32(n, in, out, ctx.pool, relu_f32);
 }
+// The kernels layer's sigmoid (vectorized, the same bits on every ISA), as Conv's fused step.
 Status op_sigmoid(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
-  return unary_f32(n, in, out, ctx.pool, sigmoid_f32);
+  POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
+  POWER_RETURN_IF_ERROR(need_f32(n, in[0], "input"));
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(DType::kF32, in[0]->shape));
+  const float* x = in[0]->data<float>();
+  float* y = out[0].mutable_data<float>();
+  for_ranges(ctx.pool, in[0]->numel(), 1,
+             [&](int64_t b, int64_t e) { power::sigmoid(x + b, y + b, e - b); });
+  return Status();
 }
 Status op_tanh(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   return unary_f32(n, in, out, ctx.pool, [](float x) { return std::tanh(x); });

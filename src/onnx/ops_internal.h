@@ -44,9 +44,6 @@ inline void for_ranges(ThreadPool* pool, int64_t count, int64_t per_item, F f) {
 inline float relu_f32(float x) {
   return x > 0 ? x : 0.0f;
 }
-inline float sigmoid_f32(float x) {
-  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
-}
 inline float hard_sigmoid_f32(float x, float a, float b) {
   return std::max(0.0f, std::min(1.0f, a * x + b));
 }

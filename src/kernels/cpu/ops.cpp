@@ -19,6 +19,36 @@ namespace power {
 // multiply-add per lane (std::fma there, one rounding, as llama.cpp's FMA dot products round),
 // the same final summation order, the same f16 rounding (round to nearest even; only a NaN's
 // payload may differ, it stays a NaN).
+namespace {
+
+// The sigmoid's exponential, e^a for a <= 0, with the operations of the vector exp (exp8 below)
+// one value at a time: a = n ln 2 + r (ln 2 in two parts, fused multiply-adds), a degree-7
+// polynomial in r, times 2^n from its exponent bits; 0 below -87.3 (e^-87.3 is about 1.2e-38,
+// the smallest normal float). Every step is one IEEE operation (std::fma where the vector code
+// fuses), so the vector path gives these bits.
+constexpr float kSigmoidExpLo = -87.3f;
+float exp_nonpositive(float a) {
+  if (!(a >= kSigmoidExpLo)) return 0.0f;
+  const float n = std::nearbyint(a * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, a);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float r2 = r * r;
+  const float r1 = r + 1.0f;
+  p = std::fma(p, r2, r1);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 0]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+}  // namespace
+
 #if defined(__x86_64__)
 namespace {
 
@@ -405,6 +435,40 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int64_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
+// sigmoid1 on 8 lanes with the same operations (see exp_nonpositive): e = e^-|x| (0 below
+// -87.3; the polynomial runs on the clamped value), 1 / (1 + e) where x >= 0, e / (1 + e)
+// below, NaN lanes kept.
+__attribute__((target("avx2,fma"))) __m256 sigmoid8(__m256 x) {
+  const __m256 a = _mm256_or_ps(x, _mm256_set1_ps(-0.0f));  // -|x|
+  const __m256 lo = _mm256_set1_ps(kSigmoidExpLo);
+  const __m256 ac = _mm256_max_ps(a, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(ac, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), ac);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  e = _mm256_andnot_ps(_mm256_cmp_ps(a, lo, _CMP_NGE_UQ), e);  // not (a >= lo): 0
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+  const __m256 y = _mm256_blendv_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), _mm256_div_ps(e, d),
+                                    _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+__attribute__((target("avx2,fma"))) void sigmoid_avx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sigmoid8(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = sigmoid1(x[i]);  // the same bits, one at a time
+}
+
 // 8 values per compare against the best so far; only a block holding a larger value is walked
 // one by one (in order, with the running best, exactly as the portable loop), which happens
 // about log(n) times on logits. _CMP_GT_OQ is false for NaN on either side, as `>` is.
@@ -538,6 +602,23 @@ void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t po
   float* sn = cs + (half > kStack ? half : kStack);
   rope_angles(pos, p, cs, sn);
   for (int64_t h = 0; h < n_heads; ++h) rope_rotate(x + h * head_stride, p, cs, sn);
+}
+
+float sigmoid1(float x) {
+  if (std::isnan(x)) return x;
+  const float e = exp_nonpositive(-std::fabs(x));
+  const float d = 1.0f + e;
+  return x >= 0 ? 1.0f / d : e / d;
+}
+
+void sigmoid(const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2_rows()) {
+    sigmoid_avx2(x, y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = sigmoid1(x[i]);
 }
 
 void softmax(float* x, int64_t n) {

@@ -32,6 +32,14 @@ void rope_apply_heads(float* x, int64_t n_heads, int64_t head_stride, int64_t po
 // below about 1e-38 become 0), so the two paths may differ in the last bits.
 void softmax(float* x, int64_t n);
 
+// The logistic sigmoid, 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below (so small results
+// keep their relative accuracy), with e^-|x| from a polynomial exponential within about 2 ulp
+// of std::exp (0 below -87.3, where e^x is below the smallest normal float). The portable and
+// AVX2 paths do the same IEEE operations, so every ISA gives the same bits. NaN stays NaN,
+// +-inf give 1 and 0. sigmoid writes y[i] = sigmoid1(x[i]) for i < n (y may be x).
+float sigmoid1(float x);
+void sigmoid(const float* x, float* y, int64_t n);
+
 // gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. The portable path
 // uses std::exp; the AVX2 path a vector exp within about 2 ulp (ops.cpp exp8), as llama.cpp's
 // SIMD silu does, so the two paths may differ in the last bits.
