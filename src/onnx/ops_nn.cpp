@@ -566,7 +566,13 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   if (!pointwise && !indirect)
     chunk =
         std::min(chunk, std::max<int64_t>(64, (131072 / std::max<int64_t>(1, kk) + 16) / 32 * 32));
-  const int64_t chunk_rows = std::max<int64_t>(1, chunk / Wp);  // output rows per indirect chunk
+  // Output rows per indirect chunk; with a pool, few enough for two chunks per thread when the
+  // output has the rows (det's 3x3 convolutions over 60x80 made one 32-row chunk and a half
+  // one, which sent two threads to the im2col path, slower than one thread).
+  int64_t chunk_rows = std::max<int64_t>(1, chunk / Wp);
+  if (indirect && threads > 1)
+    chunk_rows =
+        std::min(chunk_rows, std::max<int64_t>(1, (g.OH + 2 * threads - 1) / (2 * threads)));
   const int64_t chunks = indirect ? (g.OH + chunk_rows - 1) / chunk_rows : (P + chunk - 1) / chunk;
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
@@ -1038,7 +1044,7 @@ Status op_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   return pool(n, in, out, false, ctx.pool);
 }
 
-Status global_pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
+Status global_pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* pool) {
   POWER_RETURN_IF_ERROR(need_inputs(n, in, 1));
   const Tensor& x = *in[0];
   POWER_RETURN_IF_ERROR(need_f32(n, &x, "X"));
@@ -1053,33 +1059,36 @@ Status global_pool(const Node& n, const Ins& in, Outs& out, bool is_max) {
   // Eight partial results per plane (element i goes to partial i % 8), combined in order: the
   // double sum of a plane is not one chain of `inner` dependent additions (a 120x160 plane of
   // the OCR detector took about 20k cycles of add latency), and max ignores the order.
+  // Planes are independent: the pool takes ranges of them.
   constexpr int kLanes = 8;
-  for (int64_t bc = 0; bc < x.shape[0] * x.shape[1]; ++bc) {
-    const float* p = x.data<float>() + bc * inner;
-    double acc[kLanes];
-    std::fill(acc, acc + kLanes, is_max ? -INFINITY : 0.0);
-    int64_t i = 0;
-    if (is_max) {
-      for (; i + kLanes <= inner; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) acc[l] = std::max<double>(acc[l], p[i + l]);
-      for (; i < inner; ++i) acc[0] = std::max<double>(acc[0], p[i]);
-    } else {
-      for (; i + kLanes <= inner; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) acc[l] += p[i + l];
-      for (; i < inner; ++i) acc[i % kLanes] += p[i];
+  for_ranges(pool, x.shape[0] * x.shape[1], inner, [&](int64_t bc0, int64_t bc1) {
+    for (int64_t bc = bc0; bc < bc1; ++bc) {
+      const float* p = x.data<float>() + bc * inner;
+      double acc[kLanes];
+      std::fill(acc, acc + kLanes, is_max ? -INFINITY : 0.0);
+      int64_t i = 0;
+      if (is_max) {
+        for (; i + kLanes <= inner; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) acc[l] = std::max<double>(acc[l], p[i + l]);
+        for (; i < inner; ++i) acc[0] = std::max<double>(acc[0], p[i]);
+      } else {
+        for (; i + kLanes <= inner; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) acc[l] += p[i + l];
+        for (; i < inner; ++i) acc[i % kLanes] += p[i];
+      }
+      double r = acc[0];
+      for (int l = 1; l < kLanes; ++l) r = is_max ? std::max(r, acc[l]) : r + acc[l];
+      out[0].mutable_data<float>()[bc] =
+          static_cast<float>(is_max ? r : r / static_cast<double>(inner));
     }
-    double r = acc[0];
-    for (int l = 1; l < kLanes; ++l) r = is_max ? std::max(r, acc[l]) : r + acc[l];
-    out[0].mutable_data<float>()[bc] =
-        static_cast<float>(is_max ? r : r / static_cast<double>(inner));
-  }
+  });
   return Status();
 }
-Status op_global_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return global_pool(n, in, out, false);
+Status op_global_avg_pool(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return global_pool(n, in, out, false, ctx.pool);
 }
-Status op_global_max_pool(const Node& n, const Ins& in, Outs& out, OpContext&) {
-  return global_pool(n, in, out, true);
+Status op_global_max_pool(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
+  return global_pool(n, in, out, true, ctx.pool);
 }
 
 // ---- LSTM (forward, default activations sigmoid/tanh/tanh, gate order i o f c) ----

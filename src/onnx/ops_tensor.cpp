@@ -179,7 +179,7 @@ Status op_transpose(const Node& n, const Ins& in, Outs& out, OpContext&) {
   return Status();
 }
 
-Status op_concat(const Node& n, const Ins& in, Outs& out, OpContext&) {
+Status op_concat(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   if (in.empty() || !in[0]) return op_error(n, "needs inputs");
   const Tensor& x0 = *in[0];
   int64_t axis = n.attr_i("axis", 0);
@@ -194,21 +194,40 @@ Status op_concat(const Node& n, const Ins& in, Outs& out, OpContext&) {
       if (d != axis && t->shape[d] != x0.shape[d]) return op_error(n, "inputs differ off the axis");
     s[axis] += t->shape[axis];
   }
-  POWER_ASSIGN_OR_RETURN(out[0], make_tensor(x0.dtype, s));
+  // Every output byte is copied from an input below, so the output is not zero-filled first.
+  POWER_ASSIGN_OR_RETURN(out[0], make_tensor_uninit(x0.dtype, s));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= s[d];
   for (int64_t d = axis + 1; d < r; ++d) inner *= s[d];
-  size_t es = dtype_size(x0.dtype);
+  const auto es = static_cast<int64_t>(dtype_size(x0.dtype));
   int64_t row = s[axis] * inner;
   int64_t off = 0;
+  struct Piece {
+    uint8_t* dst;
+    const uint8_t* src;
+    int64_t bytes;
+  };
+  std::vector<Piece> pieces;
   for (const Tensor* t : in) {
     int64_t chunk = t->shape[axis] * inner;
     if (chunk == 0) continue;  // an empty input has no bytes (and may have no buffer)
     for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out[0].buf->data() + (o * row + off) * es, t->buf->data() + o * chunk * es,
-                  chunk * es);
+      pieces.push_back(
+          {out[0].buf->data() + (o * row + off) * es, t->buf->data() + o * chunk * es, chunk * es});
     off += chunk;
   }
+  // Large outputs (the OCR detector's 7 MiB of feature maps) are copied by the pool's threads,
+  // a range of pieces each: for_ranges splits from 64 Ki items, so counting a piece as its
+  // bytes / 16 splits outputs from 1 MiB.
+  const int64_t per_piece =
+      pieces.empty() ? 0
+                     : static_cast<int64_t>(out[0].nbytes()) / static_cast<int64_t>(pieces.size());
+  for_ranges(ctx.pool, static_cast<int64_t>(pieces.size()), per_piece / 16,
+             [&](int64_t b, int64_t e) {
+               for (int64_t i = b; i < e; ++i)
+                 std::memcpy(pieces[static_cast<size_t>(i)].dst, pieces[static_cast<size_t>(i)].src,
+                             static_cast<size_t>(pieces[static_cast<size_t>(i)].bytes));
+             });
   return Status();
 }
 

@@ -791,6 +791,74 @@ TEST(OnnxFuse, ConvTransposeThatTilesItsOutputMatchesFloat64Reference) {
   expect_same_bits(l, input(4));
 }
 
+// Concat copies large outputs (from 1 MiB) and the global pools reduce large inputs with the
+// pool's threads: two threads give one thread's bytes, the Concat is the inputs' bytes in order
+// (on the channel axis, one piece per input, and on the height axis, one piece per input and
+// channel), GlobalMaxPool each plane's maximum and GlobalAveragePool its mean.
+TEST(OnnxFuse, LargeConcatAndGlobalPoolsSplitAcrossThreads) {
+  const int64_t H = 64, W = 96;
+  const int64_t Cs[] = {16, 8, 24};
+  for (int64_t axis : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "axis " << axis);
+    GraphBuilder b(13);
+    std::vector<Tensor> xs;
+    std::vector<std::string> names;
+    for (int i = 0; i < 3; ++i) {
+      const Shape shape = axis == 1 ? Shape{1, Cs[i], H, W} : Shape{1, 16, Cs[i] * 4, W};
+      const std::string name = "x" + std::to_string(i);
+      b.input(name, shape);
+      names.push_back(name);
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      xs.push_back(make_f32(shape, random_floats(static_cast<size_t>(numel), -4, 4, 50 + i)));
+    }
+    auto* c = b.node("Concat", names, "cat");
+    GraphBuilder::attr_i(c, "axis", axis);
+    b.node("GlobalMaxPool", {"cat"}, "mx");
+    b.node("GlobalAveragePool", {"cat"}, "avg");
+    b.output("cat");
+    b.output("mx");
+    b.output("avg");
+    const std::string bytes = b.bytes();
+    auto m = Model::load_bytes(bytes.data(), bytes.size());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ThreadPool two(2);
+    auto one = (*m)->run(xs);
+    auto both = (*m)->run(xs, &two);
+    ASSERT_TRUE(one.ok() && both.ok());
+    for (size_t o = 0; o < 3; ++o)
+      EXPECT_EQ(std::memcmp((*one)[o].buf->data(), (*both)[o].buf->data(), (*one)[o].nbytes()), 0)
+          << "output " << o;
+    const Tensor& cat = (*one)[0];
+    ASSERT_GE(cat.nbytes(), size_t{1} << 20);
+    const int64_t C = cat.shape[1], plane = cat.shape[2] * cat.shape[3];
+    // The reference concatenation, element by element.
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t y = 0; y < cat.shape[2]; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          int64_t i = 0, at = axis == 1 ? ch : y;
+          while (at >= xs[static_cast<size_t>(i)].shape[static_cast<size_t>(axis)])
+            at -= xs[static_cast<size_t>(i++)].shape[static_cast<size_t>(axis)];
+          const Tensor& t = xs[static_cast<size_t>(i)];
+          const float want = axis == 1 ? t.data<float>()[(at * H + y) * W + x]
+                                       : t.data<float>()[(ch * t.shape[2] + at) * W + x];
+          ASSERT_EQ(cat.data<float>()[(ch * cat.shape[2] + y) * W + x], want) << ch << " " << y;
+        }
+    for (int64_t ch = 0; ch < C; ++ch) {
+      const float* p = cat.data<float>() + ch * plane;
+      double sum = 0, mag = 0;
+      float mx = -INFINITY;
+      for (int64_t i = 0; i < plane; ++i) {
+        sum += p[i];
+        mag += std::fabs(p[i]);
+        mx = std::max(mx, p[i]);
+      }
+      EXPECT_EQ((*one)[1].data<float>()[ch], mx);
+      EXPECT_NEAR((*one)[2].data<float>()[ch], sum / plane, 1e-6 * (1 + mag / plane));
+    }
+  }
+}
+
 TEST(OnnxFuse, ConvWithoutChannelsIsBiasOrEmpty) {
   for (int threads : {1, 2}) {
     GraphBuilder b(13);
