@@ -942,6 +942,26 @@ Status check_pool(const Node& n) {
   return Status();
 }
 
+// One output row of a max pool whose windows tile the input row (kernel width = stride): output
+// ow = the fold std::max(m, x) over taps (i, j) in order, from -inf, of the window at column
+// ow * kw of the kh rows from `top`. Widths 2 and 3 (MNIST's pools) have the taps unrolled.
+template <int KW>
+void max_window_row_k(const Geo& g, const float* top, float* __restrict yr) {
+  const int64_t kw = KW > 0 ? KW : g.kw;
+  for (int64_t ow = 0; ow < g.OW; ++ow) {
+    const float* w = top + ow * kw;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) m = std::max(m, w[i * g.W + j]);
+    yr[ow] = m;
+  }
+}
+void max_window_row(const Geo& g, const float* top, float* yr) {
+  if (g.kw == 2) return max_window_row_k<2>(g, top, yr);
+  if (g.kw == 3) return max_window_row_k<3>(g, top, yr);
+  max_window_row_k<0>(g, top, yr);
+}
+
 // Max and average pooling by output rows: for each kernel tap (i, j), the output columns whose
 // input column lies inside the image ([lo, hi), valid_columns) take the tap's input row in one
 // pass with no bounds test. Every window still sees its taps in (i, j) order, so max keeps its
@@ -979,13 +999,23 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
   // Strided max pooling (MNIST's 2x2/2 and 3x3/3) folds the taps at every input column p of
   // the output row's span, not only at p = ow * sw, so the loads are contiguous and the loop
   // vectorizes; yr[ow] is then span[ow * sw]. Each column sees the same taps in the same order.
-  const bool spans = is_max && g.sw > 1 && g.sw <= 4;
+  // Windows that tile the rows (kernel width = stride, no padding or dilation, every tap inside
+  // the image: MNIST's 2x2/2 and 3x3/3) are folded window by window instead, the taps of each
+  // output in the same (i, j) order, with nothing computed that is not kept.
+  const bool tiles = is_max && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.pt == 0 && g.pl == 0 &&
+                     (g.OH - 1) * g.sh + g.kh <= g.H && g.OW * g.sw <= g.W;
+  const bool spans = !tiles && is_max && g.sw > 1 && g.sw <= 4;
   const int64_t span = (g.OW - 1) * g.sw + 1;
   for_ranges(threads, g.N * g.C, g.OH * g.OW * g.kh * g.kw, [&](int64_t p0, int64_t p1) {
     std::vector<double> acc(is_max ? 0 : static_cast<size_t>(g.OW));
     std::vector<float> folded(spans ? static_cast<size_t>(span) : 0);
     for (int64_t bc = p0; bc < p1; ++bc) {
       const float* xin = px + bc * g.H * g.W;
+      if (tiles) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          max_window_row(g, xin + oh * g.sh * g.W, py + (bc * g.OH + oh) * g.OW);
+        continue;
+      }
       if (spans) {
         for (int64_t oh = 0; oh < g.OH; ++oh) {
           float* __restrict v = folded.data();

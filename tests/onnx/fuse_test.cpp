@@ -1007,9 +1007,17 @@ TEST(OnnxPool, MaxPoolMatchesTheTapOrderReference) {
   const std::vector<Geo> geos = {
       {28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, false},  // MNIST's first pool
       {14, 14, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, false},  // and its second
-      {9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, false},  {7, 10, 2, 3, 1, 3, 0, 1, 0, 2, 1, 1, true},
-      {8, 13, 3, 2, 2, 4, 1, 0, 2, 1, 2, 2, false},  {5, 6, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, true},
-      {6, 17, 1, 5, 1, 3, 0, 2, 0, 2, 1, 1, true},   {4, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false},
+      {9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, false},
+      {7, 10, 2, 3, 1, 3, 0, 1, 0, 2, 1, 1, true},
+      {8, 13, 3, 2, 2, 4, 1, 0, 2, 1, 2, 2, false},
+      {5, 6, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, true},
+      {6, 17, 1, 5, 1, 3, 0, 2, 0, 2, 1, 1, true},
+      {4, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false},
+      // Windows that tile the columns (folded window by window): rows overlapping, a width
+      // the windows do not fill, the generic width, ceil_mode where the windows fit.
+      {10, 11, 3, 2, 1, 2, 0, 0, 0, 0, 1, 1, false},
+      {12, 17, 4, 4, 4, 4, 0, 0, 0, 0, 1, 1, false},
+      {9, 9, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, true},
   };
   std::mt19937 rng(5);
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 0.0f,
