@@ -836,7 +836,10 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
   POWER_ASSIGN_OR_RETURN(
       out[0], tiled ? make_tensor_uninit(DType::kF32, os) : make_tensor(DType::kF32, os));
   int64_t HW = H * W, kk = mg * kh * kw;
-  std::vector<float> wt(static_cast<size_t>(kk * cg)), col(static_cast<size_t>(kk * HW));
+  std::vector<float> wt(static_cast<size_t>(kk * cg));
+  // The product's rows (sgemm overwrites them: not zero-filled, from the model's buffer pool).
+  POWER_ASSIGN_OR_RETURN(Tensor col_rows, make_tensor_uninit(DType::kF32, {kk, HW}));
+  float* col = col_rows.mutable_data<float>();
   float* py = out[0].mutable_data<float>();
   for (int64_t gi = 0; gi < group; ++gi) {
     // W_g is [cg, mg*kh*kw]; we need its transpose [mg*kh*kw, cg].
@@ -845,7 +848,7 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
       for (int64_t r = 0; r < kk; ++r) wt[r * cg + c] = wg[c * kk + r];
     for (int64_t b = 0; b < N; ++b) {
       const float* xin = x.data<float>() + (b * C + gi * cg) * HW;
-      sgemm(ctx.pool, kk, HW, cg, wt.data(), cg, false, xin, HW, false, col.data(), HW, false);
+      sgemm(ctx.pool, kk, HW, cg, wt.data(), cg, false, xin, HW, false, col, HW, false);
       float* yout = py + (b * M + gi * mg) * OH * OW;
       if (tiled) {  // output (ih * kh + i, iw * kw + j) = 0 + tap (i, j) at input (ih, iw)
         auto planes = [&](size_t m0, size_t m1, int) {
@@ -854,7 +857,7 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
               const int64_t ih = oh / kh, i = oh % kh;
               float* __restrict yr = yout + (m * OH + oh) * OW;
               for (int64_t j = 0; j < kw; ++j) {
-                const float* __restrict xr = col.data() + ((m * kh + i) * kw + j) * HW + ih * W;
+                const float* __restrict xr = col + ((m * kh + i) * kw + j) * HW + ih * W;
                 for (int64_t iw = 0; iw < W; ++iw) yr[iw * kw + j] = 0.0f + xr[iw];
               }
               const int64_t c = gi * mg + m;
@@ -875,7 +878,7 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
       for (int64_t m = 0; m < mg; ++m)
         for (int64_t i = 0; i < kh; ++i)
           for (int64_t j = 0; j < kw; ++j) {
-            const float* row = col.data() + ((m * kh + i) * kw + j) * HW;
+            const float* row = col + ((m * kh + i) * kw + j) * HW;
             const int64_t off = j * dw - pl;  // output column = iw * sw + off
             int64_t lo, hi;
             index_range(off, sw, OW, W, lo, hi);
@@ -996,9 +999,10 @@ Status pool(const Node& n, const Ins& in, Outs& out, bool is_max, ThreadPool* th
   // Per kernel column j: the output columns [lo, hi) whose input column is inside the image.
   std::vector<int64_t> tap_lo(g.kw), tap_hi(g.kw);
   for (int64_t j = 0; j < g.kw; ++j) valid_columns(g, j * g.dw - g.pl, tap_lo[j], tap_hi[j]);
-  // Strided max pooling (MNIST's 2x2/2 and 3x3/3) folds the taps at every input column p of
-  // the output row's span, not only at p = ow * sw, so the loads are contiguous and the loop
-  // vectorizes; yr[ow] is then span[ow * sw]. Each column sees the same taps in the same order.
+  // Other strided max pooling (strides 2-4: overlapping windows, pads, dilations) folds the
+  // taps at every input column p of the output row's span, not only at p = ow * sw, so the
+  // loads are contiguous and the loop vectorizes; yr[ow] is then span[ow * sw]. Each column sees
+  // the same taps in the same order.
   // Windows that tile the rows (kernel width = stride, no padding or dilation, every tap inside
   // the image: MNIST's 2x2/2 and 3x3/3) are folded window by window instead, the taps of each
   // output in the same (i, j) order, with nothing computed that is not kept.
