@@ -149,21 +149,11 @@ void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias,
 
 namespace {
 
-// A depthwise plane's taps: weights w[kh, kw], the column offset of each kernel column within
-// a padded row (phase and index), the distance between kernel rows in the scratch.
-struct DwTaps {
-  const float* w;
-  const int64_t* off;
-  int64_t kh, kw, row_step;
-  const std::vector<FusedStep>* steps;  // applied in registers before the store; may be null
-  int64_t c;                            // the plane's channel (for per-channel steps)
-};
-
 // NR output rows (rows `row_ld` apart in the scratch, `y_ld` apart in the output) by NB vectors
 // of 8 columns, all taps summed in registers; the last vector stores its first `last` lanes.
 template <int NR, int NB>
-void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y, int64_t y_ld,
-              int64_t last) {
+void dw_block(const DepthwiseTaps& t, const float* x, int64_t row_ld, float bias, float* y,
+              int64_t y_ld, int64_t last) {
   __m256 acc[1][NR * NB];  // row r's vector b is acc[0][r * NB + b]: all one channel
   for (int r = 0; r < NR; ++r)
     for (int b = 0; b < NB; ++b) acc[0][r * NB + b] = _mm256_set1_ps(bias);
@@ -191,8 +181,8 @@ void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float
 }
 
 template <int NR>
-void dw_block_rows(int nb, const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y,
-                   int64_t y_ld, int64_t last) {
+void dw_block_rows(int nb, const DepthwiseTaps& t, const float* x, int64_t row_ld, float bias,
+                   float* y, int64_t y_ld, int64_t last) {
   switch (nb) {
     case 1:
       return dw_block<NR, 1>(t, x, row_ld, bias, y, y_ld, last);
@@ -205,7 +195,7 @@ void dw_block_rows(int nb, const DwTaps& t, const float* x, int64_t row_ld, floa
   }
 }
 
-void dw_block_dispatch(int rows, int nb, const DwTaps& t, const float* x, int64_t row_ld,
+void dw_block_dispatch(int rows, int nb, const DepthwiseTaps& t, const float* x, int64_t row_ld,
                        float bias, float* y, int64_t y_ld, int64_t last) {
   if (rows == 2) return dw_block_rows<2>(nb, t, x, row_ld, bias, y, y_ld, last);
   dw_block_rows<1>(nb, t, x, row_ld, bias, y, y_ld, last);
@@ -213,11 +203,21 @@ void dw_block_dispatch(int rows, int nb, const DwTaps& t, const float* x, int64_
 
 }  // namespace
 
+namespace {
+
+// The padded, phase-split scratch: `rows` padded input rows of sw phases, each `wq` floats;
+// phase p, index q holds input column q * sw + p - pl of the row's input row (zero outside).
+struct DepthwiseLayout {
+  int64_t rows, wq;
+};
+
 DepthwiseLayout depthwise_layout(const DepthwiseGeo& g) {
   const int64_t ow_round = (g.OW + 15) / 16 * 16;  // the 16-column blocks read whole vectors
   const int64_t qmax = (g.kw - 1) * g.dw / g.sw;
   return {(g.OH - 1) * g.sh + (g.kh - 1) * g.dh + 1, ow_round + qmax};
 }
+
+}  // namespace
 
 int64_t depthwise_scratch_floats(const DepthwiseGeo& g) {
   if (g.OH <= 0 || g.OW <= 0) return 0;
@@ -225,7 +225,8 @@ int64_t depthwise_scratch_floats(const DepthwiseGeo& g) {
   return pp.rows * g.sw * pp.wq;
 }
 
-void depthwise_fill(const DepthwiseGeo& g, const float* xin, float* scratch) {
+DepthwiseTaps depthwise_prepare(const DepthwiseGeo& g, const float* xin, const float* w,
+                                float* scratch, const std::vector<FusedStep>* steps, int64_t c) {
   const DepthwiseLayout pp = depthwise_layout(g);
   const int64_t ld = g.sw * pp.wq;
   for (int64_t r = 0; r < pp.rows; ++r) {
@@ -269,31 +270,30 @@ void depthwise_fill(const DepthwiseGeo& g, const float* xin, float* scratch) {
       std::fill(ph + hi, ph + pp.wq, 0.0f);
     }
   }
+  // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
+  // ow + (j * dw) / sw.
+  DepthwiseTaps t{w, {}, g.kh, g.kw, g.dh * ld, g.sh * ld, steps, c};
+  for (int64_t j = 0; j < g.kw; ++j) t.off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
+  return t;
 }
 
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
                           float* yout, float* scratch, const std::vector<FusedStep>* steps,
                           int64_t c) {
   if (g.OH <= 0 || g.OW <= 0) return;
-  depthwise_fill(g, xin, scratch);
-  const DepthwiseLayout pp = depthwise_layout(g);
-  const int64_t ld = g.sw * pp.wq;
-  // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
-  // ow + (j * dw) / sw.
-  int64_t off[kDepthwiseMaxKw];
-  for (int64_t j = 0; j < g.kw; ++j) off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
-  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld, steps, c};
+  const DepthwiseTaps taps = depthwise_prepare(g, xin, w, scratch, steps, c);
   const int64_t full = g.OW / 8, rem = g.OW % 8;  // whole vectors per row; columns after them
   const int64_t vecs = full + (rem ? 1 : 0);
   for (int64_t oh = 0; oh < g.OH; oh += 2) {
     // Two output rows per pass when there are two: up to 8 independent accumulator chains.
     const int rows = oh + 1 < g.OH ? 2 : 1;
-    const float* top = scratch + oh * g.sh * ld;
+    const float* top = scratch + oh * taps.out_row_step;
     float* yr = yout + oh * g.OW;
     for (int64_t v = 0; v < vecs; v += 4) {
       const int nb = static_cast<int>(std::min<int64_t>(4, vecs - v));
       const int64_t last = v + nb == vecs && rem ? rem : 8;  // columns of the block's last vector
-      dw_block_dispatch(rows, nb, taps, top + v * 8, g.sh * ld, bias, yr + v * 8, g.OW, last);
+      dw_block_dispatch(rows, nb, taps, top + v * 8, taps.out_row_step, bias, yr + v * 8, g.OW,
+                        last);
     }
   }
 }

@@ -64,14 +64,21 @@ void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float
                             float* yout, float* scratch,
                             const std::vector<FusedStep>* steps = nullptr, int64_t c = 0);
 
-// The scratch layout both planes share: `rows` padded input rows of sw phases, each `wq`
-// floats (whole 16-column vectors past OW, plus the widest tap's reach); phase p, index q holds
-// input column q * sw + p - pl of the row's input row (zero outside). depthwise_fill writes it.
-struct DepthwiseLayout {
-  int64_t rows, wq;
+// What both plane kernels need once the scratch is written: the weights, each kernel column's
+// offset within a padded scratch row (phase and index), the distance between kernel rows and
+// between output rows in the scratch, and the steps (may be null) with the plane's channel.
+struct DepthwiseTaps {
+  const float* w;
+  int64_t off[kDepthwiseMaxKw];
+  int64_t kh, kw, row_step, out_row_step;
+  const std::vector<FusedStep>* steps;
+  int64_t c;
 };
-DepthwiseLayout depthwise_layout(const DepthwiseGeo& g);
-void depthwise_fill(const DepthwiseGeo& g, const float* xin, float* scratch);
+// Copies the plane into `scratch` (zero border, rows split into sw phases; every row holds whole
+// 16-column vectors past OW plus the widest tap's reach) and returns its taps. Compiled for AVX2
+// (the stride-2 split); same CPU condition as above.
+DepthwiseTaps depthwise_prepare(const DepthwiseGeo& g, const float* xin, const float* w,
+                                float* scratch, const std::vector<FusedStep>* steps, int64_t c);
 
 // apply_epilogue (ops_internal.h) compiled for AVX2. Same CPU condition.
 void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,

@@ -80,23 +80,12 @@ constexpr TileFn kTiles[kRows] = {tile<1, kFull>,  tile<2, kFull>,  tile<3, kFul
                                   tile<7, kFull>,  tile<8, kFull>,  tile<9, kFull>,
                                   tile<10, kFull>, tile<11, kFull>, tile<12, kFull>};
 
-// A depthwise plane's taps (depthwise_plane_avx512): weights w[kh, kw], the column offset of
-// each kernel column within a padded row, the distance between kernel rows in the scratch, and
-// the steps applied in registers (may be null) for channel c.
-struct DwTaps {
-  const float* w;
-  const int64_t* off;
-  int64_t kh, kw, row_step;
-  const std::vector<FusedStep>* steps;
-  int64_t c;
-};
-
 // NR output rows (`row_ld` apart in the scratch, `y_ld` apart in the output) by NB vectors of 16
 // columns, all taps summed in registers in the AVX2 block's order (bias, then tap (i, j) in
 // row-major order, one fused multiply-add each); the last vector stores the lanes of `tail`.
 template <int NR, int NB>
-void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y, int64_t y_ld,
-              __mmask16 tail) {
+void dw_block(const DepthwiseTaps& t, const float* x, int64_t row_ld, float bias, float* y,
+              int64_t y_ld, __mmask16 tail) {
   __m512 acc[1][NR * NB];  // row r's vector b is acc[0][r * NB + b]: all one channel
   for (int v = 0; v < NR * NB; ++v) acc[0][v] = _mm512_set1_ps(bias);
   for (int64_t i = 0; i < t.kh; ++i) {
@@ -118,8 +107,8 @@ void dw_block(const DwTaps& t, const float* x, int64_t row_ld, float bias, float
 }
 
 template <int NR>
-void dw_block_rows(int nb, const DwTaps& t, const float* x, int64_t row_ld, float bias, float* y,
-                   int64_t y_ld, __mmask16 tail) {
+void dw_block_rows(int nb, const DepthwiseTaps& t, const float* x, int64_t row_ld, float bias,
+                   float* y, int64_t y_ld, __mmask16 tail) {
   switch (nb) {
     case 1:
       return dw_block<NR, 1>(t, x, row_ld, bias, y, y_ld, tail);
@@ -171,25 +160,18 @@ void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float
                             float* yout, float* scratch, const std::vector<FusedStep>* steps,
                             int64_t c) {
   if (g.OH <= 0 || g.OW <= 0) return;
-  depthwise_fill(g, xin, scratch);
-  const DepthwiseLayout pp = depthwise_layout(g);
-  const int64_t ld = g.sw * pp.wq;
-  // Tap (i, j) of output (oh, ow) reads row oh * sh + i * dh at phase (j * dw) % sw, index
-  // ow + (j * dw) / sw.
-  int64_t off[kDepthwiseMaxKw];
-  for (int64_t j = 0; j < g.kw; ++j) off[j] = (j * g.dw) % g.sw * pp.wq + (j * g.dw) / g.sw;
-  const DwTaps taps{w, off, g.kh, g.kw, g.dh * ld, steps, c};
+  const DepthwiseTaps taps = depthwise_prepare(g, xin, w, scratch, steps, c);
   const int64_t vecs = (g.OW + 15) / 16;  // vectors per output row, the last maybe partial
   for (int64_t oh = 0; oh < g.OH; oh += 2) {
-    const float* top = scratch + oh * g.sh * ld;
+    const float* top = scratch + oh * taps.out_row_step;
     float* yr = yout + oh * g.OW;
     for (int64_t v = 0; v < vecs; v += 4) {
       const int nb = static_cast<int>(std::min<int64_t>(4, vecs - v));
       const __mmask16 tail = lanes(g.OW - (v + nb - 1) * 16);
       if (oh + 1 < g.OH) {  // two output rows per pass: up to 8 accumulator chains
-        dw_block_rows<2>(nb, taps, top + v * 16, g.sh * ld, bias, yr + v * 16, g.OW, tail);
+        dw_block_rows<2>(nb, taps, top + v * 16, taps.out_row_step, bias, yr + v * 16, g.OW, tail);
       } else {
-        dw_block_rows<1>(nb, taps, top + v * 16, g.sh * ld, bias, yr + v * 16, g.OW, tail);
+        dw_block_rows<1>(nb, taps, top + v * 16, taps.out_row_step, bias, yr + v * 16, g.OW, tail);
       }
     }
   }

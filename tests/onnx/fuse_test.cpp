@@ -388,6 +388,18 @@ TEST(OnnxFuse, EpilogueGivesThePortableBitsOnEveryIsa) {
 }
 
 #if defined(__x86_64__)
+// The chains the register epilogues are checked with: Save, Mul by -1.5 (so the register forms
+// read the value before it), then one step of `kind` with scalar operands, or per-channel ones
+// from `channel`.
+std::vector<FusedStep> register_chain(int kind, bool per_channel,
+                                      const std::vector<float>& channel) {
+  FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f, {}};
+  if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f, {}};
+  if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f, {}};
+  if (per_channel) st.channel = channel;
+  return {FusedStep{FusedStep::kSave, 0, 0, {}}, FusedStep{FusedStep::kMul, -1.5f, 0, {}}, st};
+}
+
 // The epilogue applied in the SGEMM tiles (TileEpilogue: AVX2 6 x 16 and AVX-512 12 x 32 tiles,
 // before each tile of the last K panel is stored) against the product stored first and
 // apply_epilogue run over it, step kind by step kind (Sigmoid excepted: those chains are not
@@ -425,12 +437,7 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
     for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
       if (kind == FusedStep::kSigmoid) continue;
       for (bool per_channel : {false, true}) {
-        FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f, {}};
-        if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f, {}};
-        if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f, {}};
-        if (per_channel) st.channel = channel;
-        const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0, {}},
-                                              FusedStep{FusedStep::kMul, -1.5f, 0, {}}, st};
+        const std::vector<FusedStep> steps = register_chain(kind, per_channel, channel);
         ASSERT_TRUE(tile_epilogue_supported(steps));
         for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
           for (const Product& p : products) {
@@ -515,12 +522,7 @@ TEST(OnnxFuse, DepthwisePlaneEpilogueGivesTheSeparatePassBits) {
       for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
         if (kind == FusedStep::kSigmoid) continue;
         for (bool per_channel : {false, true}) {
-          FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f, {}};
-          if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f, {}};
-          if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f, {}};
-          if (per_channel) st.channel = channel;
-          const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0, {}},
-                                                FusedStep{FusedStep::kMul, -1.5f, 0, {}}, st};
+          const std::vector<FusedStep> steps = register_chain(kind, per_channel, channel);
           std::vector<float> want = bare, got(n, 7.0f);
           apply_epilogue(steps, nullptr, 2, want.data(), static_cast<int64_t>(n));
           plane(got.data(), &steps);

@@ -435,28 +435,13 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int64_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
-// sigmoid1 on 8 lanes with the same operations (see exp_nonpositive): e = e^-|x| (0 below
-// -87.3; the polynomial runs on the clamped value), 1 / (1 + e) where x >= 0, e / (1 + e)
-// below, NaN lanes kept.
+// sigmoid1 on 8 lanes with the same operations (exp8 is exp_nonpositive's vector form): e =
+// e^-|x| (0 below -87.3), 1 / (1 + e) where x >= 0, e / (1 + e) below, NaN lanes kept.
 __attribute__((target("avx2,fma"))) __m256 sigmoid8(__m256 x) {
   const __m256 a = _mm256_or_ps(x, _mm256_set1_ps(-0.0f));  // -|x|
-  const __m256 lo = _mm256_set1_ps(kSigmoidExpLo);
-  const __m256 ac = _mm256_max_ps(a, lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(ac, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), ac);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  e = _mm256_andnot_ps(_mm256_cmp_ps(a, lo, _CMP_NGE_UQ), e);  // not (a >= lo): 0
+  // exp8 clamps to [-87.3, 88] and runs exp_nonpositive's operations on a >= -87.3.
+  const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(a, _mm256_set1_ps(kSigmoidExpLo), _CMP_NGE_UQ),
+                                    exp8(a));  // below: 0
   const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
   const __m256 y = _mm256_blendv_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), _mm256_div_ps(e, d),
                                     _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
