@@ -614,9 +614,8 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
 #if defined(POWER_ONNX_AVX2)
   const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
   const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
-  // The plane kernels apply the steps in registers when they have a vector form.
-  const std::vector<FusedStep>* dw_steps =
-      !epi.empty() && tile_epilogue_supported(epi) ? &epi : nullptr;
+  // The plane kernels apply the steps in registers.
+  const std::vector<FusedStep>* dw_steps = epi.empty() ? nullptr : &epi;
   if (dw_avx2) {  // each thread's padded, phase-split copy of the plane it works on
     POWER_ASSIGN_OR_RETURN(
         col, make_tensor_uninit(DType::kF32, {threads, depthwise_scratch_floats(dg)}));
@@ -685,9 +684,9 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
         continue;
       }
       // The bias and epilogue go on each register tile before it is stored (TileEpilogue), not
-      // in a pass that reads the chunk's output back; chains with a Sigmoid keep that pass.
+      // in a pass that reads the chunk's output back.
       const TileEpilogue tile_ep{&epi, bg, gi * mg};
-      const bool in_tiles = (bg || !epi.empty()) && tile_epilogue_supported(epi);
+      const bool in_tiles = bg || !epi.empty();
       const TileEpilogue* ep = in_tiles ? &tile_ep : nullptr;
       if (indirect) {
         const float* planes = xin;
@@ -758,11 +757,6 @@ void batch_norm_factors(const float* gamma, const float* beta, const float* mean
     scale[c] = s;
     if (shift) shift[c] = beta[c] - mean[c] * s;
   }
-}
-
-bool tile_epilogue_supported(const std::vector<FusedStep>& steps) {
-  return std::none_of(steps.begin(), steps.end(),
-                      [](const FusedStep& s) { return s.kind == FusedStep::kSigmoid; });
 }
 
 void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,

@@ -12,15 +12,11 @@ namespace power::onnx {
 // each register tile of its last K panel before the tile is stored: row i of C is output
 // channel c + i and gets bias[i] (none when null), then the steps. The stored bits are those of
 // the product followed by apply_epilogue; the output is not read back for a separate pass.
-// Only chains tile_epilogue_supported() accepts.
 struct TileEpilogue {
   const std::vector<FusedStep>* steps = nullptr;
   const float* bias = nullptr;
   int64_t c = 0;
 };
-// False when a step has no vector form with the scalar loop's bits (Sigmoid). Defined in
-// ops_nn.cpp (every platform).
-bool tile_epilogue_supported(const std::vector<FusedStep>& steps);
 
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1] (= when `overwrite`: C's old values are not
 // read); row-major, leading dimensions given. K > 0. With `ep`, each stored tile gets the
@@ -42,8 +38,8 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
 
 // One channel of a depthwise convolution: yout[OH, OW] = bias + the kernel w[kh, kw] over the
 // zero-padded input plane xin[H, W], any strides and dilations, then (when `steps` is given)
-// the fused steps of channel c in registers before the store (only chains
-// tile_epilogue_supported() accepts; the bits of apply_epilogue after the plane). The plane is
+// the fused steps of channel c in registers before the store (the bits of apply_epilogue after
+// the plane). The plane is
 // first copied into `scratch` with its zero border and each row split into `sw` phases (phase
 // p holds the padded columns p, p + sw, p + 2 sw, ...), so every tap of every output column is
 // an in-bounds, unit-stride read: two output rows by up to four vectors keep up to eight

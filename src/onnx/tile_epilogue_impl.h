@@ -7,8 +7,8 @@
 // add, sub, mul and div round once each; max/min take their operands in the order that gives
 // std::max/std::min's answer when one is NaN (x86 max(a, b) is a > b ? a : b, min(a, b) is
 // a < b ? a : b); HardSigmoid is a * t, then + b (two roundings, as in the scalar code). The
-// Sigmoid step (std::exp) has no vector form with the same bits: chains with one are not
-// fused into tiles (tile_epilogue_supported).
+// Sigmoid step stores the block's vectors and runs the kernels layer's sigmoid over them, the
+// function the separate pass calls, so every step kind goes into the tiles.
 //
 // Internal linkage on purpose (see epilogue_impl.h): every ISA object gets its own copy.
 #pragma once
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cpu/ops.h"
 #include "onnx/graph.h"
 #include "onnx/sgemm_avx2.h"
 
@@ -35,6 +36,8 @@ struct Ops256 {
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }  // a > b ? a : b
   static V min(V a, V b) { return _mm256_min_ps(a, b); }  // a < b ? a : b
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
 };
 
 #if defined(__AVX512F__)
@@ -49,6 +52,8 @@ struct Ops512 {
   // source that -Wmaybe-uninitialized reports.
   static V max(V a, V b) { return _mm512_maskz_max_ps(0xffff, a, b); }
   static V min(V a, V b) { return _mm512_maskz_min_ps(0xffff, a, b); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
 };
 #endif
 
@@ -149,8 +154,22 @@ __attribute__((always_inline)) inline void epilogue_regs(const std::vector<Fused
         all([&](V t, V, V a) { return O::max(O::min(O::add(O::mul(a, t), b), one), zero); });
         break;
       }
-      case FusedStep::kSigmoid:  // excluded by tile_epilogue_supported
+      case FusedStep::kSigmoid: {  // the kernels layer's sigmoid over the block (its bits)
+        constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
+        alignas(64) float buf[R * N * kLanes];
+        each_row<R>([&](int r) __attribute__((always_inline)) {
+          each_row<N>([&](int n) __attribute__((always_inline)) {
+            O::store(buf + (r * N + n) * kLanes, t[r][n]);
+          });
+        });
+        power::sigmoid(buf, buf, R * N * kLanes);
+        each_row<R>([&](int r) __attribute__((always_inline)) {
+          each_row<N>([&](int n) __attribute__((always_inline)) {
+            t[r][n] = O::load(buf + (r * N + n) * kLanes);
+          });
+        });
         break;
+      }
     }
   }
 }

@@ -402,8 +402,9 @@ std::vector<FusedStep> register_chain(int kind, bool per_channel,
 
 // The epilogue applied in the SGEMM tiles (TileEpilogue: AVX2 6 x 16 and AVX-512 12 x 32 tiles,
 // before each tile of the last K panel is stored) against the product stored first and
-// apply_epilogue run over it, step kind by step kind (Sigmoid excepted: those chains are not
-// fused into tiles), scalar and per-channel operands, with and without the bias. Two products:
+// apply_epilogue run over it, step kind by step kind (Sigmoid too: the tiles call the kernels
+// layer's sigmoid, as the pass does), scalar and per-channel operands, with and without the
+// bias. Two products:
 // K = 1 with A = 1, so the tiles hold the special values of the test above (NaN, infinities,
 // subnormals, huge values); and random values with K = 300, two K panels, where only the last
 // may apply the steps. 13 rows and 45 columns leave partial row blocks and strips on both ISAs.
@@ -435,10 +436,8 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
   for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!set_cpu_isa_for_testing(isa)) continue;
     for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
-      if (kind == FusedStep::kSigmoid) continue;
       for (bool per_channel : {false, true}) {
         const std::vector<FusedStep> steps = register_chain(kind, per_channel, channel);
-        ASSERT_TRUE(tile_epilogue_supported(steps));
         for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
           for (const Product& p : products) {
             std::vector<float> want(M * N), got(M * N, 7.0f);
@@ -467,8 +466,6 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
   }
   set_cpu_isa_for_testing(saved);
   if (compared == 0) GTEST_SKIP() << "no AVX2 on this CPU: there are no tiles";
-  // The Sigmoid step has no vector form with the scalar bits: such chains stay a separate pass.
-  EXPECT_FALSE(tile_epilogue_supported({FusedStep{FusedStep::kSigmoid, 0, 0, {}}}));
 }
 
 // The depthwise plane kernels (AVX2: two rows by up to 4 x 8 columns; AVX-512: up to 4 x 16)
@@ -520,7 +517,6 @@ TEST(OnnxFuse, DepthwisePlaneEpilogueGivesTheSeparatePassBits) {
       ASSERT_EQ(std::memcmp(bare.data(), avx2_plane.data(), n * sizeof(float)), 0)
           << cpu_isa_name(isa) << " plane differs from the AVX2 plane";
       for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
-        if (kind == FusedStep::kSigmoid) continue;
         for (bool per_channel : {false, true}) {
           const std::vector<FusedStep> steps = register_chain(kind, per_channel, channel);
           std::vector<float> want = bare, got(n, 7.0f);
