@@ -65,7 +65,7 @@ struct FusedStep {
     kRDivS,        // s / t
     kClip,         // min(max(t, a), b)
     kRelu,         // t > 0 ? t : 0
-    kSigmoid,      // 1 / (1 + e^-t), the Sigmoid kernel's form
+    kSigmoid,      // 1 / (1 + e^-t), the Sigmoid kernel's (power::sigmoid)
     kHardSigmoid,  // max(0, min(1, a * t + b))
   };
   Kind kind = kRelu;

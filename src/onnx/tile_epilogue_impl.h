@@ -70,8 +70,8 @@ __attribute__((always_inline)) inline void each_row(F&& f) {
 // The bias and steps on R rows of N vectors each, held in registers t[r][n]: row r is output
 // channel c + r and gets bias[r] first (none when bias is null). Step by step over all the
 // vectors, so a step's kind is decided once per block rather than once per row, and the
-// values never leave their registers (the SGEMM tiles: R rows of C, two vectors each; a
-// depthwise plane: one channel, N vectors).
+// values stay in their registers but for a Sigmoid step (the SGEMM tiles: R rows of C, two
+// vectors each; a depthwise plane: one channel, N vectors).
 template <class O, int R, int N>
 __attribute__((always_inline)) inline void epilogue_regs(const std::vector<FusedStep>& steps,
                                                          const float* bias, int64_t c,
