@@ -203,8 +203,8 @@ struct Loader {
         if (!t || t->dtype != DType::kF32 || t->numel() != channels || !t->buf) return false;
         p[k] = t->data<float>();
       }
-      st = FusedStep{FusedStep::kMul, 0, 0};
-      *then = FusedStep{FusedStep::kAdd, 0, 0};
+      st = FusedStep{FusedStep::kMul, 0, 0, {}};
+      *then = FusedStep{FusedStep::kAdd, 0, 0, {}};
       st.channel.resize(static_cast<size_t>(channels));
       then->channel.resize(static_cast<size_t>(channels));
       batch_norm_factors(p[0], p[1], p[2], p[3], n.attr_f("epsilon", 1e-5f), channels,
@@ -327,7 +327,7 @@ struct Loader {
       // steps[0] saves y, the chain's first operand register; a value read by several later
       // nodes of the chain gets its own save step. `saved` is the value in the register and
       // saved_reads its reads by the chain so far.
-      std::vector<FusedStep> steps(1, FusedStep{FusedStep::kSave, 0, 0});
+      std::vector<FusedStep> steps(1, FusedStep{FusedStep::kSave, 0, 0, {}});
       std::vector<int> chain;
       int cur = y, saved = y, saved_reads = 0;
       bool y_read = false;  // a step reads y itself (steps[0] is needed)
@@ -338,7 +338,7 @@ struct Loader {
           if (pinned[cur]) break;
           if (readers[cur] > 1) {
             if (saved_reads != readers[saved]) break;
-            steps.push_back(FusedStep{FusedStep::kSave, 0, 0});
+            steps.push_back(FusedStep{FusedStep::kSave, 0, 0, {}});
             saved = cur;
             saved_reads = 0;
           }

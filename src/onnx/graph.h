@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cpu/sgemm.h"
 #include "onnx/tensor.h"
 
 namespace power {
@@ -48,30 +49,7 @@ struct Attr {
 // constant or, when `channel` is not empty, channel[c] for output channel c (an operand of shape
 // [C,1,1] or [1,C,1,1]). Each other step is the float operation the removed node performed,
 // operands in its order, so fused results are the same bits.
-struct FusedStep {
-  enum Kind : uint8_t {
-    kSave,         // s = t
-    kAdd,          // t + a
-    kSub,          // t - a
-    kRSub,         // a - t
-    kMul,          // t * a
-    kDiv,          // t / a
-    kRDiv,         // a / t
-    kAddS,         // t + s
-    kSubS,         // t - s
-    kRSubS,        // s - t
-    kMulS,         // t * s
-    kDivS,         // t / s
-    kRDivS,        // s / t
-    kClip,         // min(max(t, a), b)
-    kRelu,         // t > 0 ? t : 0
-    kSigmoid,      // 1 / (1 + e^-t), the Sigmoid kernel's (power::sigmoid)
-    kHardSigmoid,  // max(0, min(1, a * t + b))
-  };
-  Kind kind = kRelu;
-  float a = 0, b = 0;
-  std::vector<float> channel;
-};
+using FusedStep = EpilogueStep;  // the kernels layer's type (kernels/cpu/sgemm.h)
 
 struct Node {
   std::string op;

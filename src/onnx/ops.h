@@ -40,9 +40,7 @@ const std::vector<OpDef>& all_ops();
 void batch_norm_factors(const float* gamma, const float* beta, const float* mean, const float* var,
                         float eps, int64_t channels, float* scale, float* shift);
 
-// C[M,N] (+)= A[M,K] * B[K,N] (row-major, leading dims given); beta 0 or 1.
-void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-           bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
-           bool accumulate);
+// The products (MatMul, Gemm, Conv, LSTM) run on the kernels layer's sgemm and gemm_block
+// (kernels/cpu/sgemm.h).
 
 }  // namespace power::onnx

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/sgemm.h"
 #include "onnx/ops.h"
 
 namespace power::onnx {
@@ -39,21 +40,9 @@ inline void for_ranges(ThreadPool* pool, int64_t count, int64_t per_item, F f) {
   }
 }
 
-// Scalar forms shared by the elementwise kernels and Conv's fused epilogue, so a fused node
-// computes the same bits as the node it replaces.
-inline float relu_f32(float x) {
-  return x > 0 ? x : 0.0f;
-}
-inline float hard_sigmoid_f32(float x, float a, float b) {
-  return std::max(0.0f, std::min(1.0f, a * x + b));
-}
-inline float clip_f32(float x, float lo, float hi) {
-  return std::min(std::max(x, lo), hi);
-}
-
-// y[0..n) of output channel c: adds *bias when given, then applies the fused steps in order.
-void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,
-                    int64_t n);
+// relu_f32, clip_f32, hard_sigmoid_f32 and apply_epilogue (a fused chain's steps over a row) are
+// the kernels layer's (kernels/cpu/sgemm.h), shared by the elementwise kernels and the fused
+// epilogues.
 
 // Writes v into element i of t, converted to t's element type.
 void store_f64(Tensor& t, int64_t i, double v);

@@ -7,201 +7,11 @@
 #include <unordered_map>
 
 #include "base/thread_pool.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops.h"
-#include "onnx/epilogue_impl.h"
+#include "kernels/cpu/sgemm.h"
 #include "onnx/ops_internal.h"
-#include "onnx/sgemm_avx2.h"
 
 namespace power::onnx {
-
-namespace {
-
-// C[i, j0:j1] += sum_k A[i,k] * B[k, j0:j1] for rows [i0, i1). A, B, C row-major normal; with
-// brows, B's row k starts at brows[k].
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-void gemm_block_portable(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                         const float* const* brows) {
-  auto brow = [&](int64_t k) { return brows ? brows[k] : B + k * ldb; };
-  constexpr int64_t kTile = 256;
-  constexpr int64_t kKTile = 256;
-  for (int64_t jt = j0; jt < j1; jt += kTile) {
-    int64_t je = std::min(j1, jt + kTile);
-    for (int64_t kt = 0; kt < K; kt += kKTile) {
-      int64_t ke = std::min(K, kt + kKTile);
-      for (int64_t i = i0; i < i1; ++i) {
-        float* c = C + i * ldc;
-        const float* a = A + i * lda;
-        int64_t k = kt;
-        for (; k + 4 <= ke; k += 4) {
-          float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
-          const float *b0 = brow(k), *b1 = brow(k + 1), *b2 = brow(k + 2), *b3 = brow(k + 3);
-          for (int64_t j = jt; j < je; ++j)
-            c[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
-        }
-        for (; k < ke; ++k) {
-          float av = a[k];
-          const float* b = brow(k);
-          for (int64_t j = jt; j < je; ++j) c[j] += av * b[j];
-        }
-      }
-    }
-  }
-}
-
-// The register-tiled block of the active ISA: AVX-512 (12 x 32 tiles), AVX2 (6 x 16), both
-// reading a contiguous copy of B's strip and giving the same bits; POWER_FORCE_ISA=scalar keeps
-// the portable loop. With `overwrite`, C's old values are not read (the portable loop zeroes them
-// first).
-// With `ep` (TileEpilogue, sgemm_avx2.h), rows [i0, i1) of the block also get the bias and
-// fused steps: in the tiles where the ISA has them, else in a pass after the portable loop
-// (the same bits either way). With `brows`, B's row k starts at brows[k] (gemm_block_avx2).
-void gemm_block(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool overwrite,
-                const TileEpilogue* ep = nullptr, const float* const* brows = nullptr) {
-#if defined(POWER_ONNX_AVX2)
-  if (cpu_isa() == CpuIsa::kAvx512)
-    return gemm_block_avx512(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep, brows);
-  if (cpu_isa() != CpuIsa::kScalar)
-    return gemm_block_avx2(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite, ep, brows);
-#endif
-  if (overwrite)
-    for (int64_t i = i0; i < i1; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
-  gemm_block_portable(i0, i1, j0, j1, K, A, lda, B, ldb, C, ldc, brows);
-  if (ep)
-    for (int64_t i = i0; i < i1; ++i)
-      apply_epilogue(*ep->steps, ep->bias ? ep->bias + i : nullptr, ep->c + i, C + i * ldc + j0,
-                     j1 - j0);
-}
-
-// C[i, j] (+)= dot(A[i, :], B[j, :]) for a few rows of A against B stored [N, K] (A * B^T
-// without transposing B: an LSTM step's h * R^T, a Gemm with transB and one row), with the
-// kernels layer's dot product.
-// Each output has the bits of dot_f32 (dot_f32_cols' 4-row x 2-column tiles load each row of
-// B once per 4 rows of A), so a row's results do not depend on M.
-void gemm_nt_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  constexpr int64_t kCols = 256;  // B rows per dot_f32_cols call
-  const float* cols[kCols];
-  float sums[4 * kCols];
-  for (int64_t j0 = 0; j0 < N; j0 += kCols) {
-    const int64_t nc = std::min(kCols, N - j0);
-    for (int64_t j = 0; j < nc; ++j) cols[j] = B + (j0 + j) * ldb;
-    if (!accumulate) {
-      dot_f32_cols(A, M, lda, cols, nc, K, 1.0f, C + j0, ldc);
-      continue;
-    }
-    for (int64_t i0 = 0; i0 < M; i0 += 4) {
-      const int64_t nr = std::min<int64_t>(4, M - i0);
-      dot_f32_cols(A + i0 * lda, nr, lda, cols, nc, K, 1.0f, sums, kCols);
-      for (int64_t i = 0; i < nr; ++i)
-        for (int64_t j = 0; j < nc; ++j) C[(i0 + i) * ldc + j0 + j] += sums[i * kCols + j];
-    }
-  }
-}
-
-// Products with a few output columns (a 1-D convolution over a short window: Silero VAD's
-// convolutions have 1 to 4 output positions) waste most lanes of the 16-column register tile.
-// Up to this many columns, each output is instead a dot product over K of A's row and B's
-// column (transposed to a row when B is stored [K, N]), with the kernels layer's dot_f32_cols:
-// 8 partial sums per dot, so the bits differ from the tile's in the last place, and do not
-// depend on the thread count (rows are split, never K).
-constexpr int64_t kDotColumns = 8;
-// Products and convolutions below this many multiply-adds (about 2 MFLOP, tens of
-// microseconds) run on the calling thread: when the pool's workers sleep (a loaded machine
-// turns their spinning off, base/thread_pool.h) a wake-up costs about as much. MNIST at 2
-// threads, wall time per image on the 2-vCPU EPYC: 0.109 ms at 64 Ki, 0.054-0.076 ms at 1 Mi.
-constexpr double kMinParallelWork = 1024 * 1024;
-
-// C[i, j] = dot(A[i, :], cols[j]) for i < M, j < N (N <= kDotColumns), rows split over the pool.
-void dot_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                 const float* const* cols, float* C, int64_t ldc) {
-  auto rows = [&](int64_t r0, int64_t r1) {
-    dot_f32_cols(A + r0 * lda, r1 - r0, lda, cols, N, K, 1.0f, C + r0 * ldc, ldc);
-  };
-  const int threads = pool ? pool->size() : 1;
-  if (threads <= 1 || static_cast<double>(M) * N * K < kMinParallelWork) return rows(0, M);
-  pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
-    rows(static_cast<int64_t>(b), static_cast<int64_t>(e));
-  });
-}
-
-void gemm_few_columns(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A,
-                      int64_t lda, const float* B, int64_t ldb, bool trans_b, float* C,
-                      int64_t ldc) {
-  std::vector<float> bt;
-  const float* cols[kDotColumns];
-  if (trans_b) {  // B stored [N, K]: its rows are the columns
-    for (int64_t j = 0; j < N; ++j) cols[j] = B + j * ldb;
-  } else {
-    bt.resize(static_cast<size_t>(N * K));
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
-    for (int64_t j = 0; j < N; ++j) cols[j] = bt.data() + j * K;
-  }
-  dot_columns(pool, M, N, K, A, lda, cols, C, ldc);
-}
-
-}  // namespace
-
-void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-           bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
-           bool accumulate) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
-  const bool overwrite = !accumulate;
-  if (trans_b && !trans_a && M <= 4) {  // a transpose of B would cost more than the product
-    gemm_nt_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-    return;
-  }
-  if (N <= kDotColumns && !trans_a && !accumulate) {
-    gemm_few_columns(pool, M, N, K, A, lda, B, ldb, trans_b, C, ldc);
-    return;
-  }
-  std::vector<float> at, bt;
-  if (trans_a) {  // A stored [K, M]
-    at.resize(static_cast<size_t>(M * K));
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t i = 0; i < M; ++i) at[i * K + k] = A[k * lda + i];
-    A = at.data();
-    lda = K;
-  }
-  if (trans_b) {  // B stored [N, K]
-    bt.resize(static_cast<size_t>(N * K));
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t k = 0; k < K; ++k) bt[k * N + j] = B[j * ldb + k];
-    B = bt.data();
-    ldb = N;
-  }
-  int threads = pool ? pool->size() : 1;
-  double work = static_cast<double>(M) * N * K;
-  if (threads <= 1 || work < kMinParallelWork) {
-    gemm_block(0, M, 0, N, K, A, lda, B, ldb, C, ldc, overwrite);
-    return;
-  }
-  if (N >= 64 * threads || N >= M) {
-    int64_t chunk = ((N + threads - 1) / threads + 15) / 16 * 16;
-    int64_t parts = (N + chunk - 1) / chunk;
-    pool->parallel_for(static_cast<size_t>(parts), [&](size_t b, size_t e, int) {
-      for (size_t p = b; p < e; ++p) {
-        int64_t j0 = static_cast<int64_t>(p) * chunk, j1 = std::min(N, j0 + chunk);
-        gemm_block(0, M, j0, j1, K, A, lda, B, ldb, C, ldc, overwrite);
-      }
-    });
-  } else {
-    pool->parallel_for(static_cast<size_t>(M), [&](size_t b, size_t e, int) {
-      gemm_block(static_cast<int64_t>(b), static_cast<int64_t>(e), 0, N, K, A, lda, B, ldb, C, ldc,
-                 overwrite);
-    });
-  }
-}
 
 namespace {
 
@@ -387,19 +197,9 @@ Status check_conv(const Node& n) {
   return Status();
 }
 
-// The indices t in [0, count) with t * step + off inside [0, limit), as [lo, hi): lo is the
-// first with t * step + off >= 0, hi one past the last with t * step + off < limit.
-void index_range(int64_t off, int64_t step, int64_t limit, int64_t count, int64_t& lo,
-                 int64_t& hi) {
-  lo = off >= 0 ? 0 : (-off + step - 1) / step;
-  hi = limit - off <= 0 ? 0 : (limit - off + step - 1) / step;
-  hi = std::min(hi, count);
-  lo = std::min(lo, hi);
-}
-
 // The output columns [lo, hi) whose input column ow * sw + off lies inside [0, W).
 void valid_columns(const Geo& g, int64_t off, int64_t& lo, int64_t& hi) {
-  index_range(off, g.sw, g.W, g.OW, lo, hi);
+  conv_index_range(off, g.sw, g.W, g.OW, lo, hi);
 }
 
 // im2col rows [c0, c1) of input channels for output positions [p0, p1): row
@@ -436,33 +236,6 @@ void im2col(const Geo& g, const float* xin, int64_t c0, int64_t c1, int64_t p0, 
           std::fill(r + (h - a), r + (b - a), 0.0f);
         }
       }
-}
-
-// One channel of a depthwise convolution (bias included): each kernel tap adds w * (a shifted input
-// row) to the output row over the output columns whose input column is inside the image, so the
-// inner loop has no bounds test (and is contiguous, hence vectorized, at stride 1).
-void depthwise_plane(const Geo& g, const float* xin, const float* w, float bias, float* yout) {
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    float* __restrict yr = yout + oh * g.OW;
-    std::fill(yr, yr + g.OW, bias);
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t ih = oh * g.sh - g.pt + i * g.dh;
-      if (ih < 0 || ih >= g.H) continue;
-      const float* __restrict xr = xin + ih * g.W;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const float wv = w[i * g.kw + j];
-        const int64_t off = j * g.dw - g.pl;  // input column = ow * sw + off
-        int64_t lo, hi;
-        valid_columns(g, off, lo, hi);
-        if (g.sw == 1) {
-          const float* __restrict xs = xr + off;
-          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xs[ow];
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * g.sw + off];
-        }
-      }
-    }
-  }
 }
 
 // The columns of im2col's matrix for output positions [0, P) of one group (cg channels from
@@ -553,7 +326,7 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // multiply-adds over the same values as with im2col rows (the padding's zeros included), so
   // the bits are the same; what goes is the copy of kh * kw shifted pieces per input row.
   const double work = static_cast<double>(g.N) * M * P * std::max<int64_t>(1, kk);
-  ThreadPool* pool = ctx.pool && work >= kMinParallelWork ? ctx.pool : nullptr;
+  ThreadPool* pool = ctx.pool && work >= kSgemmMinParallelWork ? ctx.pool : nullptr;
   const int threads = pool ? pool->size() : 1;
   const int64_t Hp = g.H + g.pt + g.pb, Wp = g.W + g.pl + g.pr;
   // (Padded planes of at most 2^31 floats each: huge pads with a huge dilation can leave a
@@ -577,11 +350,11 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
   // sgemm also covers an empty K (no input channels: the output is the bias) and few output
   // positions (its dot-product path).
   const bool by_rows = (threads > 1 && chunks < 2 * threads) || kk == 0 || P < 16;
-  // At most kDotColumns positions (Silero VAD's convolutions): each output is a dot product of
+  // At most kSgemmDotColumns positions (Silero VAD's convolutions): each output is a dot product of
   // a weight row and the position's patch column (patch_columns), the bits of sgemm's
   // few-column path without its transpose of im2col rows. An image's outputs do not depend on
   // the other images of the batch.
-  const bool few = !depthwise && kk > 0 && P <= kDotColumns;
+  const bool few = !depthwise && kk > 0 && P <= kSgemmDotColumns;
   Tensor col;    // im2col rows or patch columns, wide output blocks or depthwise scratch, written
                  // before read
   Tensor plane;  // the indirect path's zero-padded input planes of one group
@@ -611,38 +384,24 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
     }
   };
   const std::vector<FusedStep>& epi = n.epilogue;
-#if defined(POWER_ONNX_AVX2)
-  const bool dw_avx2 = depthwise && g.kw <= kDepthwiseMaxKw && cpu_isa() != CpuIsa::kScalar;
   const DepthwiseGeo dg{g.H, g.W, g.OH, g.OW, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
-  // The plane kernels apply the steps in registers.
+  // The plane kernels apply the steps (in registers on AVX2 and AVX-512).
   const std::vector<FusedStep>* dw_steps = epi.empty() ? nullptr : &epi;
-  if (dw_avx2) {  // each thread's padded, phase-split copy of the plane it works on
-    POWER_ASSIGN_OR_RETURN(
-        col, make_tensor_uninit(DType::kF32, {threads, depthwise_scratch_floats(dg)}));
+  const int64_t dw_scratch = depthwise ? depthwise_scratch_floats(dg) : 0;
+  if (dw_scratch > 0) {  // each thread's padded, phase-split copy of the plane it works on
+    POWER_ASSIGN_OR_RETURN(col, make_tensor_uninit(DType::kF32, {threads, dw_scratch}));
   }
-#endif
   for (int64_t b = 0; b < g.N; ++b) {
     if (depthwise) {
-      channels(group, [&](size_t c0, size_t c1, [[maybe_unused]] int thread) {
+      channels(group, [&](size_t c0, size_t c1, int thread) {
         for (size_t c = c0; c < c1; ++c) {
           float* plane = py + (b * M + c) * P;
           const float* xplane = px + (b * g.C + c) * g.H * g.W;
           const float bc = bias ? bias[c] : 0.0f;
-#if defined(POWER_ONNX_AVX2)
-          if (dw_avx2) {
-            float* scratch = col.mutable_data<float>() + thread * col.shape[1];
-            const auto ch = static_cast<int64_t>(c);
-            if (cpu_isa() == CpuIsa::kAvx512) {
-              depthwise_plane_avx512(dg, xplane, pw + c * kk, bc, plane, scratch, dw_steps, ch);
-            } else {
-              depthwise_plane_avx2(dg, xplane, pw + c * kk, bc, plane, scratch, dw_steps, ch);
-            }
-            if (!dw_steps && !epi.empty()) apply_epilogue(epi, nullptr, ch, plane, P);
-            continue;
-          }
-#endif
-          depthwise_plane(g, xplane, pw + c * kk, bc, plane);
-          if (!epi.empty()) apply_epilogue(epi, nullptr, static_cast<int64_t>(c), plane, P);
+          float* scratch =
+              dw_scratch > 0 ? col.mutable_data<float>() + thread * dw_scratch : nullptr;
+          depthwise_plane(dg, xplane, pw + c * kk, bc, plane, scratch, dw_steps,
+                          static_cast<int64_t>(c));
         }
       });
       continue;
@@ -660,9 +419,9 @@ Status op_conv(const Node& n, const Ins& in, Outs& out, OpContext& ctx) {
       };
       if (few) {
         patch_columns(g, xin, cg, P, col.mutable_data<float>());
-        const float* cols[kDotColumns];
+        const float* cols[kSgemmDotColumns];
         for (int64_t p = 0; p < P; ++p) cols[p] = col.data<float>() + p * kk;
-        dot_columns(pool, mg, P, kk, wg, kk, cols, yout, P);
+        gemm_dot_columns(pool, mg, P, kk, wg, kk, cols, yout, P);
         if (bg || !epi.empty()) finish(0, mg, 0, P);
         continue;
       }
@@ -757,14 +516,6 @@ void batch_norm_factors(const float* gamma, const float* beta, const float* mean
     scale[c] = s;
     if (shift) shift[c] = beta[c] - mean[c] * s;
   }
-}
-
-void apply_epilogue(const std::vector<FusedStep>& steps, const float* bias, int64_t c, float* y,
-                    int64_t n) {
-#if defined(POWER_ONNX_AVX2)
-  if (cpu_isa() != CpuIsa::kScalar) return apply_epilogue_avx2(steps, bias, c, y, n);
-#endif
-  epilogue_block_loop(steps, bias, c, y, n);
 }
 
 namespace {
@@ -875,7 +626,7 @@ Status op_conv_transpose(const Node& n, const Ins& in, Outs& out, OpContext& ctx
             const float* row = col + ((m * kh + i) * kw + j) * HW;
             const int64_t off = j * dw - pl;  // output column = iw * sw + off
             int64_t lo, hi;
-            index_range(off, sw, OW, W, lo, hi);
+            conv_index_range(off, sw, OW, W, lo, hi);
             for (int64_t ih = 0; ih < H; ++ih) {
               int64_t oh = ih * sh - pt + i * dh;
               if (oh < 0 || oh >= OH) continue;

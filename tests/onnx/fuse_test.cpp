@@ -17,7 +17,7 @@
 #include "onnx/ops_internal.h"
 #include "onnx_test_util.h"
 #if defined(__x86_64__)
-#include "onnx/sgemm_avx2.h"
+#include "kernels/cpu/sgemm_internal.h"
 #endif
 
 namespace power::onnx {
@@ -357,13 +357,13 @@ TEST(OnnxFuse, EpilogueGivesThePortableBitsOnEveryIsa) {
   int compared = 0;
   for (int kind = FusedStep::kSave; kind <= FusedStep::kHardSigmoid; ++kind) {
     for (bool per_channel : {false, true}) {
-      FusedStep mul{FusedStep::kMul, -1.5f, 0};
-      FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f};
-      if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f};
-      if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f};
+      FusedStep mul{FusedStep::kMul, -1.5f, 0, {}};
+      FusedStep st{static_cast<FusedStep::Kind>(kind), 0.25f, 0.75f, {}};
+      if (kind == FusedStep::kClip) st = {FusedStep::kClip, -0.5f, 0.5f, {}};
+      if (kind == FusedStep::kHardSigmoid) st = {FusedStep::kHardSigmoid, 0.2f, 0.5f, {}};
       if (per_channel) st.channel = {9.0f, kind == FusedStep::kClip ? -0.0f : -0.25f, 2.0f};
       // Save first, so the register forms read the value before the Mul.
-      const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0}, mul, st};
+      const std::vector<FusedStep> steps = {FusedStep{FusedStep::kSave, 0, 0, {}}, mul, st};
       const float biases[] = {-0.0f, 1.25f};  // -0: keeps every value, signs of zero included
       for (const float* bias : {static_cast<const float*>(nullptr), &biases[0], &biases[1]}) {
         ASSERT_TRUE(set_cpu_isa_for_testing(CpuIsa::kScalar));
@@ -443,9 +443,11 @@ TEST(OnnxFuse, TileEpilogueGivesTheSeparatePassBits) {
             std::vector<float> want(M * N), got(M * N, 7.0f);
             auto block = [&](float* c, const TileEpilogue* ep) {
               if (isa == CpuIsa::kAvx512) {
-                gemm_block_avx512(0, M, 0, N, p.K, p.A.data(), p.K, p.B.data(), N, c, N, true, ep);
+                kernels::gemm_block_avx512(0, M, 0, N, p.K, p.A.data(), p.K, p.B.data(), N, c, N,
+                                           true, ep);
               } else {
-                gemm_block_avx2(0, M, 0, N, p.K, p.A.data(), p.K, p.B.data(), N, c, N, true, ep);
+                kernels::gemm_block_avx2(0, M, 0, N, p.K, p.A.data(), p.K, p.B.data(), N, c, N,
+                                         true, ep);
               }
             };
             block(want.data(), nullptr);
@@ -498,18 +500,18 @@ TEST(OnnxFuse, DepthwisePlaneEpilogueGivesTheSeparatePassBits) {
     std::vector<float> x = random_floats(static_cast<size_t>(g.H * g.W), -4, 4, 32);
     for (size_t i = 0; i < x.size(); i += 7) x[i] = special[(i / 7) % special.size()];
     const auto w = random_floats(static_cast<size_t>(g.kh * g.kw), -1, 1, 33);
-    std::vector<float> scratch(static_cast<size_t>(depthwise_scratch_floats(g)));
+    std::vector<float> scratch(static_cast<size_t>(kernels::depthwise_scratch_floats_simd(g)));
     const size_t n = static_cast<size_t>(g.OH * g.OW);
     std::vector<float> avx2_plane(n, 7.0f);
     if (set_cpu_isa_for_testing(CpuIsa::kAvx2))
-      depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, avx2_plane.data(), scratch.data());
+      kernels::depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, avx2_plane.data(), scratch.data());
     for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
       if (!set_cpu_isa_for_testing(isa)) continue;
       auto plane = [&](float* y, const std::vector<FusedStep>* steps) {
         if (isa == CpuIsa::kAvx512) {
-          depthwise_plane_avx512(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
+          kernels::depthwise_plane_avx512(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
         } else {
-          depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
+          kernels::depthwise_plane_avx2(g, x.data(), w.data(), 0.5f, y, scratch.data(), steps, 2);
         }
       };
       std::vector<float> bare(n, 7.0f);

@@ -1,5 +1,5 @@
-// AVX-512 SGEMM block for the ONNX kernels (compiled with -mavx512f; called only when the kernels
-// layer's ISA choice, kernels/cpu/isa.h, is AVX-512).
+// AVX-512 SGEMM block and depthwise plane of the kernels layer (sgemm.h; compiled with
+// -mavx512f; called only when the kernels layer's ISA choice, kernels/cpu/isa.h, is AVX-512).
 //
 // C[i0:i1, j0:j1] (+)= A[i0:i1, 0:K] * B[0:K, j0:j1], row-major, with the AVX2 block's structure
 // (sgemm_avx2.cpp) in 512-bit registers: per K panel, a 32-column strip of B is copied
@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "onnx/sgemm_avx2.h"
-#include "onnx/tile_epilogue_impl.h"
+#include "kernels/cpu/sgemm_internal.h"
+#include "kernels/cpu/tile_epilogue_impl.h"
 
-namespace power::onnx {
+namespace power::kernels {
 
 namespace {
 
@@ -157,7 +157,7 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
 }
 
 void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                            float* yout, float* scratch, const std::vector<FusedStep>* steps,
+                            float* yout, float* scratch, const std::vector<EpilogueStep>* steps,
                             int64_t c) {
   if (g.OH <= 0 || g.OW <= 0) return;
   const DepthwiseTaps taps = depthwise_prepare(g, xin, w, scratch, steps, c);
@@ -177,4 +177,4 @@ void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float
   }
 }
 
-}  // namespace power::onnx
+}  // namespace power::kernels

@@ -1,22 +1,13 @@
-// The AVX2/FMA SGEMM block of the ONNX kernels (sgemm_avx2.cpp). Private to src/onnx.
+// The ISA entry points behind sgemm.h: the AVX2/FMA objects (sgemm_avx2.cpp) and the AVX-512 ones
+// (sgemm_avx512.cpp). Internal to the kernels layer (tests call them to compare the ISAs).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "onnx/graph.h"
+#include "kernels/cpu/sgemm.h"
 
-namespace power::onnx {
-
-// A Conv's bias and fused steps (apply_epilogue, ops_internal.h), applied by an SGEMM block to
-// each register tile of its last K panel before the tile is stored: row i of C is output
-// channel c + i and gets bias[i] (none when null), then the steps. The stored bits are those of
-// the product followed by apply_epilogue; the output is not read back for a separate pass.
-struct TileEpilogue {
-  const std::vector<FusedStep>* steps = nullptr;
-  const float* bias = nullptr;
-  int64_t c = 0;
-};
+namespace power::kernels {
 
 // C[i0:i1, j0:j1] += A[i0:i1, 0:K] * B[0:K, j0:j1] (= when `overwrite`: C's old values are not
 // read); row-major, leading dimensions given. K > 0. With `ep`, each stored tile gets the
@@ -44,21 +35,18 @@ void gemm_block_avx512(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K
 // p holds the padded columns p, p + sw, p + 2 sw, ...), so every tap of every output column is
 // an in-bounds, unit-stride read: two output rows by up to four vectors keep up to eight
 // accumulators in registers across all taps and store once (the row's last vector masked). No
-// column is summed one by one. scratch holds depthwise_scratch_floats(g) floats. Same CPU
+// column is summed one by one. scratch holds depthwise_scratch_floats_simd(g) floats. Same CPU
 // condition as above. Kernel widths up to kDepthwiseMaxKw (wider ones take the portable loop).
 constexpr int64_t kDepthwiseMaxKw = 64;
-struct DepthwiseGeo {
-  int64_t H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
-};
-int64_t depthwise_scratch_floats(const DepthwiseGeo& g);
+int64_t depthwise_scratch_floats_simd(const DepthwiseGeo& g);
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
                           float* yout, float* scratch,
-                          const std::vector<FusedStep>* steps = nullptr, int64_t c = 0);
+                          const std::vector<EpilogueStep>* steps = nullptr, int64_t c = 0);
 // The same plane with 512-bit registers (sgemm_avx512.cpp; two rows by up to 64 columns), the
 // same bits. Only call when cpu_isa() is kAvx512.
 void depthwise_plane_avx512(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
                             float* yout, float* scratch,
-                            const std::vector<FusedStep>* steps = nullptr, int64_t c = 0);
+                            const std::vector<EpilogueStep>* steps = nullptr, int64_t c = 0);
 
 // What both plane kernels need once the scratch is written: the weights, each kernel column's
 // offset within a padded scratch row (phase and index), the distance between kernel rows and
@@ -67,17 +55,17 @@ struct DepthwiseTaps {
   const float* w;
   int64_t off[kDepthwiseMaxKw];
   int64_t kh, kw, row_step, out_row_step;
-  const std::vector<FusedStep>* steps;
+  const std::vector<EpilogueStep>* steps;
   int64_t c;
 };
 // Copies the plane into `scratch` (zero border, rows split into sw phases; every row holds whole
 // 16-column vectors past OW plus the widest tap's reach) and returns its taps. Compiled for AVX2
 // (the stride-2 split); same CPU condition as above.
 DepthwiseTaps depthwise_prepare(const DepthwiseGeo& g, const float* xin, const float* w,
-                                float* scratch, const std::vector<FusedStep>* steps, int64_t c);
+                                float* scratch, const std::vector<EpilogueStep>* steps, int64_t c);
 
-// apply_epilogue (ops_internal.h) compiled for AVX2. Same CPU condition.
-void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
+// apply_epilogue (sgemm.h) compiled for AVX2. Same CPU condition.
+void apply_epilogue_avx2(const std::vector<EpilogueStep>& steps, const float* bias, int64_t c,
                          float* y, int64_t n);
 
-}  // namespace power::onnx
+}  // namespace power::kernels

@@ -1,6 +1,6 @@
-// The body of apply_epilogue (ops_internal.h), included by ops_nn.cpp (baseline x86-64) and by
+// The body of apply_epilogue (sgemm.h), included by sgemm.cpp (baseline x86-64) and by
 // sgemm_avx2.cpp (AVX2; -ffp-contract=off there, so no step is contracted into an FMA and both
-// compile to the same bits as the elementwise kernels). Private to src/onnx.
+// compile to the same bits as the elementwise kernels). Private to the kernels layer.
 //
 // The function has internal linkage (an unnamed namespace) on purpose: an `inline` function with
 // external linkage is one symbol that the linker takes from either object, so the AVX2 wrapper
@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "onnx/graph.h"
-#include "onnx/ops_internal.h"
+#include "kernels/cpu/sgemm.h"
 
-namespace power::onnx {
+namespace power::kernels {
 namespace {
 
-inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
-                                float* y, int64_t n) {
+inline void epilogue_block_loop(const std::vector<EpilogueStep>& steps, const float* bias,
+                                int64_t c, float* y, int64_t n) {
   // Block by block, so the register's copy stays in L1 and each step is its own
   // vectorizable loop.
   constexpr int64_t kBlock = 512;
@@ -33,58 +32,58 @@ inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float
       for (int64_t i = 0; i < len; ++i) t[i] += bv;
     }
     float* __restrict h = reg;
-    for (const FusedStep& st : steps) {
+    for (const EpilogueStep& st : steps) {
       const float a = st.channel.empty() ? st.a : st.channel[c], b = st.b;
       switch (st.kind) {
-        case FusedStep::kSave:
+        case EpilogueStep::kSave:
           std::copy(t, t + len, h);
           break;
-        case FusedStep::kAdd:
+        case EpilogueStep::kAdd:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] + a;
           break;
-        case FusedStep::kSub:
+        case EpilogueStep::kSub:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] - a;
           break;
-        case FusedStep::kRSub:
+        case EpilogueStep::kRSub:
           for (int64_t i = 0; i < len; ++i) t[i] = a - t[i];
           break;
-        case FusedStep::kMul:
+        case EpilogueStep::kMul:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] * a;
           break;
-        case FusedStep::kDiv:
+        case EpilogueStep::kDiv:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] / a;
           break;
-        case FusedStep::kRDiv:
+        case EpilogueStep::kRDiv:
           for (int64_t i = 0; i < len; ++i) t[i] = a / t[i];
           break;
-        case FusedStep::kAddS:
+        case EpilogueStep::kAddS:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] + h[i];
           break;
-        case FusedStep::kSubS:
+        case EpilogueStep::kSubS:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] - h[i];
           break;
-        case FusedStep::kRSubS:
+        case EpilogueStep::kRSubS:
           for (int64_t i = 0; i < len; ++i) t[i] = h[i] - t[i];
           break;
-        case FusedStep::kMulS:
+        case EpilogueStep::kMulS:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] * h[i];
           break;
-        case FusedStep::kDivS:
+        case EpilogueStep::kDivS:
           for (int64_t i = 0; i < len; ++i) t[i] = t[i] / h[i];
           break;
-        case FusedStep::kRDivS:
+        case EpilogueStep::kRDivS:
           for (int64_t i = 0; i < len; ++i) t[i] = h[i] / t[i];
           break;
-        case FusedStep::kClip:
+        case EpilogueStep::kClip:
           for (int64_t i = 0; i < len; ++i) t[i] = clip_f32(t[i], a, b);
           break;
-        case FusedStep::kRelu:
+        case EpilogueStep::kRelu:
           for (int64_t i = 0; i < len; ++i) t[i] = relu_f32(t[i]);
           break;
-        case FusedStep::kSigmoid:
+        case EpilogueStep::kSigmoid:
           power::sigmoid(t, t, len);  // the Sigmoid kernel's (kernels layer, every ISA's bits)
           break;
-        case FusedStep::kHardSigmoid:
+        case EpilogueStep::kHardSigmoid:
           for (int64_t i = 0; i < len; ++i) t[i] = hard_sigmoid_f32(t[i], a, b);
           break;
       }
@@ -93,4 +92,4 @@ inline void epilogue_block_loop(const std::vector<FusedStep>& steps, const float
 }
 
 }  // namespace
-}  // namespace power::onnx
+}  // namespace power::kernels

@@ -1,6 +1,6 @@
 // A Conv's bias and fused steps applied to one row of a register tile before the SGEMM block
-// stores it (TileEpilogue, sgemm_avx2.h). Included by sgemm_avx2.cpp (256-bit registers) and
-// sgemm_avx512.cpp (512-bit); both compile with -ffp-contract=off. Private to src/onnx.
+// stores it (TileEpilogue, sgemm.h). Included by sgemm_avx2.cpp (256-bit registers) and
+// sgemm_avx512.cpp (512-bit); both compile with -ffp-contract=off. Private to the kernels layer.
 //
 // Each step is the vector form of the scalar loop in epilogue_impl.h, lane by lane the same
 // IEEE operation, so a fused tile stores the bits the separate pass would have written:
@@ -19,10 +19,10 @@
 #include <utility>
 
 #include "kernels/cpu/ops.h"
-#include "onnx/graph.h"
-#include "onnx/sgemm_avx2.h"
+#include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/sgemm_internal.h"
 
-namespace power::onnx {
+namespace power::kernels {
 namespace {
 
 // The few vector operations a step needs, for 256- and 512-bit registers (structs rather than
@@ -73,7 +73,7 @@ __attribute__((always_inline)) inline void each_row(F&& f) {
 // values stay in their registers but for a Sigmoid step (the SGEMM tiles: R rows of C, two
 // vectors each; a depthwise plane: one channel, N vectors).
 template <class O, int R, int N>
-__attribute__((always_inline)) inline void epilogue_regs(const std::vector<FusedStep>& steps,
+__attribute__((always_inline)) inline void epilogue_regs(const std::vector<EpilogueStep>& steps,
                                                          const float* bias, int64_t c,
                                                          typename O::V (&t)[R][N]) {
   using V = typename O::V;
@@ -88,7 +88,7 @@ __attribute__((always_inline)) inline void epilogue_regs(const std::vector<Fused
   each_row<R>([&](int r) __attribute__((always_inline)) {
     each_row<N>([&](int n) __attribute__((always_inline)) { h[r][n] = zero; });
   });
-  for (const FusedStep& st : steps) {
+  for (const EpilogueStep& st : steps) {
     const float* ch = st.channel.empty() ? nullptr : st.channel.data() + c;
     // Applies op(t, h, a) to every vector, a being the step's constant or the row's channel
     // value.
@@ -100,61 +100,61 @@ __attribute__((always_inline)) inline void epilogue_regs(const std::vector<Fused
       });
     };
     switch (st.kind) {
-      case FusedStep::kSave:
+      case EpilogueStep::kSave:
         each_row<R>([&](int r) __attribute__((always_inline)) {
           each_row<N>([&](int n) __attribute__((always_inline)) { h[r][n] = t[r][n]; });
         });
         break;
-      case FusedStep::kAdd:
+      case EpilogueStep::kAdd:
         all([](V t, V, V a) { return O::add(t, a); });
         break;
-      case FusedStep::kSub:
+      case EpilogueStep::kSub:
         all([](V t, V, V a) { return O::sub(t, a); });
         break;
-      case FusedStep::kRSub:
+      case EpilogueStep::kRSub:
         all([](V t, V, V a) { return O::sub(a, t); });
         break;
-      case FusedStep::kMul:
+      case EpilogueStep::kMul:
         all([](V t, V, V a) { return O::mul(t, a); });
         break;
-      case FusedStep::kDiv:
+      case EpilogueStep::kDiv:
         all([](V t, V, V a) { return O::div(t, a); });
         break;
-      case FusedStep::kRDiv:
+      case EpilogueStep::kRDiv:
         all([](V t, V, V a) { return O::div(a, t); });
         break;
-      case FusedStep::kAddS:
+      case EpilogueStep::kAddS:
         all([](V t, V h, V) { return O::add(t, h); });
         break;
-      case FusedStep::kSubS:
+      case EpilogueStep::kSubS:
         all([](V t, V h, V) { return O::sub(t, h); });
         break;
-      case FusedStep::kRSubS:
+      case EpilogueStep::kRSubS:
         all([](V t, V h, V) { return O::sub(h, t); });
         break;
-      case FusedStep::kMulS:
+      case EpilogueStep::kMulS:
         all([](V t, V h, V) { return O::mul(t, h); });
         break;
-      case FusedStep::kDivS:
+      case EpilogueStep::kDivS:
         all([](V t, V h, V) { return O::div(t, h); });
         break;
-      case FusedStep::kRDivS:
+      case EpilogueStep::kRDivS:
         all([](V t, V h, V) { return O::div(h, t); });
         break;
-      case FusedStep::kClip: {  // std::min(std::max(t, lo), hi)
+      case EpilogueStep::kClip: {  // std::min(std::max(t, lo), hi)
         const V hi = O::set1(st.b);
         all([&](V t, V, V a) { return O::min(hi, O::max(a, t)); });
         break;
       }
-      case FusedStep::kRelu:  // t > 0 ? t : 0
+      case EpilogueStep::kRelu:  // t > 0 ? t : 0
         all([&](V t, V, V) { return O::max(t, zero); });
         break;
-      case FusedStep::kHardSigmoid: {  // std::max(0, std::min(1, a * t + b))
+      case EpilogueStep::kHardSigmoid: {  // std::max(0, std::min(1, a * t + b))
         const V b = O::set1(st.b);
         all([&](V t, V, V a) { return O::max(O::min(O::add(O::mul(a, t), b), one), zero); });
         break;
       }
-      case FusedStep::kSigmoid: {  // the kernels layer's sigmoid over the block (its bits)
+      case EpilogueStep::kSigmoid: {  // the kernels layer's sigmoid over the block (its bits)
         constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
         alignas(64) float buf[R * N * kLanes];
         each_row<R>([&](int r) __attribute__((always_inline)) {
@@ -182,4 +182,4 @@ __attribute__((always_inline)) inline void tile_epilogue(const TileEpilogue& e, 
 }
 
 }  // namespace
-}  // namespace power::onnx
+}  // namespace power::kernels

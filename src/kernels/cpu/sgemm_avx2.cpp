@@ -1,4 +1,4 @@
-// AVX2/FMA SGEMM block and depthwise convolution plane for the ONNX kernels (compiled with
+// AVX2/FMA SGEMM block and depthwise convolution plane of the kernels layer (sgemm.h; compiled with
 // -mavx2 -mfma; called only when the kernels layer's ISA choice, kernels/cpu/isa.h, is AVX2 or
 // better).
 //
@@ -14,11 +14,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "onnx/epilogue_impl.h"
-#include "onnx/sgemm_avx2.h"
-#include "onnx/tile_epilogue_impl.h"
+#include "kernels/cpu/epilogue_impl.h"
+#include "kernels/cpu/sgemm_internal.h"
+#include "kernels/cpu/tile_epilogue_impl.h"
 
-namespace power::onnx {
+namespace power::kernels {
 
 namespace {
 
@@ -142,7 +142,7 @@ void gemm_block_avx2(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t K, 
   }
 }
 
-void apply_epilogue_avx2(const std::vector<FusedStep>& steps, const float* bias, int64_t c,
+void apply_epilogue_avx2(const std::vector<EpilogueStep>& steps, const float* bias, int64_t c,
                          float* y, int64_t n) {
   epilogue_block_loop(steps, bias, c, y, n);
 }
@@ -219,14 +219,14 @@ DepthwiseLayout depthwise_layout(const DepthwiseGeo& g) {
 
 }  // namespace
 
-int64_t depthwise_scratch_floats(const DepthwiseGeo& g) {
+int64_t depthwise_scratch_floats_simd(const DepthwiseGeo& g) {
   if (g.OH <= 0 || g.OW <= 0) return 0;
   const DepthwiseLayout pp = depthwise_layout(g);
   return pp.rows * g.sw * pp.wq;
 }
 
 DepthwiseTaps depthwise_prepare(const DepthwiseGeo& g, const float* xin, const float* w,
-                                float* scratch, const std::vector<FusedStep>* steps, int64_t c) {
+                                float* scratch, const std::vector<EpilogueStep>* steps, int64_t c) {
   const DepthwiseLayout pp = depthwise_layout(g);
   const int64_t ld = g.sw * pp.wq;
   for (int64_t r = 0; r < pp.rows; ++r) {
@@ -278,7 +278,7 @@ DepthwiseTaps depthwise_prepare(const DepthwiseGeo& g, const float* xin, const f
 }
 
 void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* w, float bias,
-                          float* yout, float* scratch, const std::vector<FusedStep>* steps,
+                          float* yout, float* scratch, const std::vector<EpilogueStep>* steps,
                           int64_t c) {
   if (g.OH <= 0 || g.OW <= 0) return;
   const DepthwiseTaps taps = depthwise_prepare(g, xin, w, scratch, steps, c);
@@ -298,4 +298,4 @@ void depthwise_plane_avx2(const DepthwiseGeo& g, const float* xin, const float* 
   }
 }
 
-}  // namespace power::onnx
+}  // namespace power::kernels
