@@ -1,17 +1,20 @@
-// Throughput of the ONNX service (onnx::Service, the code behind POST /v1/audio/vad and
-// /v1/classify) under concurrent callers, with microbatching (--onnx-max-batch, default 32)
-// against without (max_batch 1), in alternating rounds; prints items (VAD windows or classified
-// images) per second of each round and the median of the same-round ratios (docs/ONNX.md
-// "Microbatching").
+// Throughput of the ONNX service (onnx::Service, the code behind POST /v1/audio/vad,
+// /v1/classify and /v1/ocr) under concurrent callers, with microbatching (--onnx-max-batch 32,
+// its default; for OCR --onnx-ocr-max-batch 32) against without (1), in alternating rounds;
+// prints items (VAD windows, classified images or recognized OCR lines) per second of each
+// round and the median of the same-round ratios (docs/ONNX.md "Microbatching").
 //   onnx_batch_bench MODEL INPUT [callers=32] [requests_per_caller=4] [rounds=5]
 //                    [max_running=2] [threads=1] [batch_wait_us=0]
-// INPUT is a .wav file (MODEL is Silero VAD) or an image (MODEL is an MNIST classifier).
+// INPUT is a .wav file (MODEL is Silero VAD) or an image: MODEL is an MNIST classifier, or a
+// directory with ch_PP-OCRv4_det_infer.onnx, ch_PP-OCRv4_rec_infer.onnx and ppocr_keys_v1.txt
+// (OCR).
 // Every caller sends INPUT `requests_per_caller` times, one request after another; all callers
 // start together. Each request's answer is compared with the solo answer.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -50,7 +53,14 @@ std::unique_ptr<Service> make_service(Task task, const std::string& model, int m
                                       int max_running, int threads) {
   ServiceOptions o;
   o.batch_wait_us = max_batch > 1 ? g_batch_wait_us : 0;
-  (task == Task::kVad ? o.vad_models : o.classify_models) = {model};
+  if (task == Task::kOcr) {
+    o.ocr_det = model + "/ch_PP-OCRv4_det_infer.onnx";
+    o.ocr_rec = model + "/ch_PP-OCRv4_rec_infer.onnx";
+    o.ocr_keys = model + "/ppocr_keys_v1.txt";
+    o.ocr_max_batch = max_batch;  // --onnx-ocr-max-batch
+  } else {
+    (task == Task::kVad ? o.vad_models : o.classify_models) = {model};
+  }
   o.max_batch = max_batch;
   o.max_running = max_running;
   o.threads = threads;
@@ -84,7 +94,9 @@ Round run(Task task, const std::string& model, const std::string& input, int max
       while (ready.load() < callers) std::this_thread::yield();
       for (int r = 0; r < requests; ++r) {
         const nlohmann::json result = exec_once(*svc, task, input);
-        items += task == Task::kVad ? result["probs"].size() : 1;
+        items += task == Task::kVad   ? result["probs"].size()
+                 : task == Task::kOcr ? result["lines"].size()
+                                      : 1;
         if (result.dump() != want) same = false;
       }
     });
@@ -113,8 +125,9 @@ int main(int argc, char** argv) {
   const std::string model = argv[1], input_path = argv[2], input = slurp(argv[2]);
   const Task task = input_path.size() > 4 && input_path.substr(input_path.size() - 4) == ".wav"
                         ? Task::kVad
-                        : Task::kClassify;
-  const char* unit = task == Task::kVad ? "windows" : "images";
+                    : std::filesystem::is_directory(model) ? Task::kOcr
+                                                           : Task::kClassify;
+  const char* unit = task == Task::kVad ? "windows" : task == Task::kOcr ? "lines" : "images";
   const int callers = argc > 3 ? std::atoi(argv[3]) : 32;
   const int requests = argc > 4 ? std::atoi(argv[4]) : 4;
   const int rounds = argc > 5 ? std::atoi(argv[5]) : 5;

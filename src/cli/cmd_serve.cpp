@@ -95,6 +95,7 @@ void run_serve(ServeArgs& a, CLI::App* cmd) {
   if (given("--onnx-budget-bytes")) o.onnx.budget_bytes = x.budget_bytes;
   if (given("--onnx-threads")) o.onnx.threads = x.threads;
   if (given("--onnx-max-batch")) o.onnx.max_batch = x.max_batch;
+  if (given("--onnx-ocr-max-batch")) o.onnx.ocr_max_batch = x.ocr_max_batch;
   if (given("--onnx-batch-wait-us")) o.onnx.batch_wait_us = x.batch_wait_us;
   o.resolve_model = [](const std::string& m) { return resolve_model_path(m); };
 
@@ -271,9 +272,15 @@ void add_serve_commands(CLI::App& app) {
                   "Memory for ONNX executions (0: device budget less weights)");
   cmd->add_option("--onnx-threads", x.threads, "Compute threads per ONNX execution")
       ->capture_default_str();
-  cmd->add_option("--onnx-max-batch", x.max_batch,
-                  "VAD windows or classify images of concurrent requests stacked into one "
-                  "execution (1: off)")
+  cmd->add_option(
+         "--onnx-max-batch", x.max_batch,
+         "VAD windows or classify images of concurrent requests stacked into one execution "
+         "(1: off)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--onnx-ocr-max-batch", x.ocr_max_batch,
+                  "OCR lines of concurrent requests stacked into one recognizer run (1: off; "
+                  "at most 4 x 320 px of lines per run)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--onnx-batch-wait-us", x.batch_wait_us,

@@ -133,6 +133,11 @@ Status apply_config_key(const std::string& key, const json& v, ServiceOptions* o
     o->max_batch = static_cast<int>(x);
     return Status();
   }
+  if (key == "onnx_ocr_max_batch") {
+    POWER_RETURN_IF_ERROR(integer(1, 1024, &x));
+    o->ocr_max_batch = static_cast<int>(x);
+    return Status();
+  }
   if (key == "onnx_batch_wait_us") {
     POWER_RETURN_IF_ERROR(integer(0, 1000000, &x));
     o->batch_wait_us = static_cast<int>(x);
@@ -145,6 +150,11 @@ Status apply_config_key(const std::string& key, const json& v, ServiceOptions* o
 namespace {
 
 constexpr int kRecMaxWidth = 48 * 64;  // PaddleOcr::recognize clamps line widths to this
+// The most columns (lines x width) one stacked recognizer run takes: 4 lines of 320 px, 2 of
+// 640, wider lines alone. On the 2-vCPU EPYC a line's time grew with the stack (48 x 697 px,
+// 1 thread: 22.1 ms alone, 24.0 in a stack of 4, 25.3 in 16; 320 px: level up to 4 lines,
+// +3 % at 8), so larger stacks cost more than they share.
+constexpr int kOcrStackColumns = 4 * 320;
 
 struct FileInfo {
   std::string role, path, sha256;
@@ -156,11 +166,13 @@ struct Loaded {
   Task task = Task::kVad;
   std::vector<FileInfo> files;
   std::shared_ptr<const Model> model;  // vad, classify
-  // The most items one run stacks: ServiceOptions::max_batch for VAD; for a classifier the
-  // same when its stacked form passed the load-time check (batch_model), else 1; OCR 1.
+  // The most items one run stacks: ServiceOptions::max_batch for VAD; for a classifier the same,
+  // and for OCR's recognizer (lines) ocr_max_batch, when the stacked form passed the load-time
+  // check (batch_model), else 1.
   int max_batch = 1;
-  std::shared_ptr<const Model> batch_model;  // classify: loaded with LoadOptions::batch_inputs
-  std::string batch_note;                    // why a classifier runs unbatched
+  // classify, ocr (the recognizer): loaded with LoadOptions::batch_inputs
+  std::shared_ptr<const Model> batch_model;
+  std::string batch_note;  // why a classifier or the OCR recognizer runs unbatched
   std::shared_ptr<PaddleOcr> ocr;
   int64_t weight_bytes = 0;
   uint64_t plan_bytes = 0;  // vad / classify: planned peak; ocr: recognizer at its widest line
@@ -277,6 +289,74 @@ Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_classifier(
     }
   }
   return std::make_pair(std::move(stacked), static_cast<uint64_t>(peak));
+}
+
+// The OCR recognizer loaded for stacked lines, checked like stacked_classifier: distinct
+// pseudo-random lines at the padded width every short line gets (320) and at a wider one, in
+// batches of 2 to 5, 8 and max_batch (320 only) whose members change from size to size, must
+// each get the bits of their solo run. Returns the stacked model and the per-line share of a
+// batch's peak at the widest line (2 lines of kRecMaxWidth, measured: the recognizer's plan
+// leaves shapes unknown; every intermediate carries the batch dimension, so a batch's peak grows
+// about linearly with its lines).
+Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_recognizer(const PaddleOcr& ocr,
+                                                                             int max_batch,
+                                                                             int threads) {
+  POWER_ASSIGN_OR_RETURN(std::shared_ptr<const Model> stacked, ocr.load_stacked_recognizer());
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+  uint32_t seed = 0x85ebca6bu;
+  for (const int64_t W : {int64_t{320}, int64_t{416}}) {
+    std::vector<int> sizes;
+    for (int b = 2; b <= std::min(max_batch, W == 320 ? 5 : 3); ++b) sizes.push_back(b);
+    if (W == 320) {
+      if (max_batch >= 8) sizes.push_back(8);
+      if (max_batch > 8) sizes.push_back(max_batch);
+    }
+    if (sizes.empty()) continue;
+    const int n = *std::max_element(sizes.begin(), sizes.end());
+    std::vector<std::vector<float>> lines;
+    std::vector<Tensor> alone;  // each line's class scores [1, T, C] from the recognizer as loaded
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> v(static_cast<size_t>(3 * 48 * W));
+      for (float& x : v) {
+        seed = seed * 1664525u + 1013904223u;
+        x = static_cast<float>(seed >> 24) / 127.5f - 1.0f;  // the recognizer's input range
+      }
+      POWER_ASSIGN_OR_RETURN(auto r, ocr.rec_model().run({make_f32({1, 3, 48, W}, v)}, pool.get()));
+      lines.push_back(std::move(v));
+      alone.push_back(std::move(r[0]));
+    }
+    for (const int b : sizes) {
+      std::vector<float> x;
+      std::vector<size_t> which;
+      for (int i = 0; i < b; ++i) {
+        which.push_back((static_cast<size_t>(b) * 5 + static_cast<size_t>(i)) % lines.size());
+        x.insert(x.end(), lines[which.back()].begin(), lines[which.back()].end());
+      }
+      POWER_ASSIGN_OR_RETURN(auto out,
+                             stacked->run({make_f32({b, 3, 48, W}, std::move(x))}, pool.get()));
+      for (int i = 0; i < b; ++i) {
+        const Tensor& want = alone[which[static_cast<size_t>(i)]];
+        const int64_t per = want.numel();
+        if (out[0].rank() != 3 || out[0].shape[0] != b || out[0].numel() != per * b ||
+            std::memcmp(out[0].data<float>() + i * per, want.data<float>(),
+                        static_cast<size_t>(per) * sizeof(float)) != 0) {
+          return make_error(StatusCode::kUnsupported,
+                            "in a batch of {} lines {} px wide, line {} does not get the scores "
+                            "it gets alone",
+                            b, W, i);
+        }
+      }
+    }
+  }
+  RunStats rs;
+  POWER_ASSIGN_OR_RETURN(
+      auto out,
+      stacked->run({make_f32({2, 3, 48, kRecMaxWidth},
+                             std::vector<float>(size_t{2} * 3 * 48 * kRecMaxWidth, 0.0f))},
+                   nullptr, &rs));
+  (void)out;
+  return std::make_pair(std::move(stacked), (static_cast<uint64_t>(rs.peak_bytes) + 1) / 2);
 }
 
 }  // namespace
@@ -402,10 +482,16 @@ struct Service::Impl {
   // Runs `mine` in steps batched with the other ready items of model m and the same key until
   // done(mine) (service.h "Microbatching"): step(batch, pool) runs one step of each item of
   // the batch, `mine` first. Between steps an item is in ready_items; during one it is in
-  // `stepping` and only the step's leader touches it.
+  // `stepping` and only the step's leader touches it. A step stacks at most `limit` items (0:
+  // m.max_batch). Its leader takes an even share of the ready items per free slot, so that
+  // slots which are free now get work too; with `heavy` (items of tens of milliseconds: OCR
+  // lines) per slot of any state, so that a slot freed while a long step runs finds some.
+  // Steps count in the model's batch_sizes unless `counted` is false.
   template <class Item, class Step, class Done>
-  Status run_batched(const Loaded& m, Item* mine, int key, const Step& step, const Done& done) {
-    const size_t max_batch = static_cast<size_t>(std::max(1, m.max_batch));
+  Status run_batched(const Loaded& m, Item* mine, int key, const Step& step, const Done& done,
+                     size_t limit = 0, bool heavy = false, bool counted = true) {
+    size_t max_batch = static_cast<size_t>(std::max(1, m.max_batch));
+    if (limit > 0) max_batch = std::min(max_batch, limit);
     const int max_slots = static_cast<int>(slot_busy.size());
     std::unique_lock<std::mutex> lk(mu);
     std::deque<ReadyItem>& ready = ready_items[&m];
@@ -458,9 +544,9 @@ struct Service::Impl {
         continue;
       }
       // Lead a step: this item and others of its key, at most an even share of the ready
-      // items per free slot so that the other slots get work too.
+      // items per free slot (per slot when heavy) so that the other slots get work too.
       const int slot = take_slot();
-      const size_t shares = static_cast<size_t>(max_slots - slots_used + 1);
+      const size_t shares = static_cast<size_t>(heavy ? max_slots : max_slots - slots_used + 1);
       const size_t n = std::min(max_batch, (same + shares - 1) / shares);
       std::vector<Item*> batch = {mine};
       std::vector<std::condition_variable*> wakes = {&wake};
@@ -479,7 +565,7 @@ struct Service::Impl {
       lk.unlock();
       const Status st = step(batch, slot_pool(slot));
       lk.lock();
-      stats[m.id].batch_sizes[static_cast<int>(batch.size())]++;
+      if (counted) stats[m.id].batch_sizes[static_cast<int>(batch.size())]++;
       for (size_t i = 0; i < batch.size(); ++i) {
         Item* s = batch[i];
         stepping.erase(s);
@@ -539,6 +625,81 @@ struct Service::Impl {
         [](const Item& it) { return it.done; }));
     return std::move(mine.result);
   }
+  // An OCR request's lines. Unbatched (`pool`: the request's slot's): detection and each line
+  // on that slot, as PaddleOcr::run. Batched (m.max_batch > 1, no slot held): the detection is a
+  // one-item step in the same queue as the lines (key -1, not counted in batch_sizes), so
+  // detections and lines take the slots oldest first and neither can starve the other; then
+  // each line in turn is an item stacked with the ready lines of the same padded width of other
+  // requests (key = width) on m.batch_model. The recognizer runs are counted in batch_sizes by
+  // their lines.
+  Result<std::vector<OcrLine>> ocr_lines(const Loaded& m, const Image& image, const OcrOptions& oo,
+                                         ThreadPool* pool) {
+    const PaddleOcr& ocr = *m.ocr;
+    const bool batched = m.max_batch > 1;
+    std::vector<OcrLine> boxes;
+    if (batched) {
+      struct DetItem {
+        const Image* image;
+        const OcrOptions* opts;
+        std::vector<OcrLine> boxes;
+        bool done = false;
+      };
+      DetItem d{&image, &oo, {}, false};
+      POWER_RETURN_IF_ERROR(run_batched(
+          m, &d, -1,
+          [&](std::vector<DetItem*>& batch, ThreadPool* step_pool) -> Status {
+            for (DetItem* it : batch) {
+              POWER_ASSIGN_OR_RETURN(it->boxes, ocr.detect(*it->image, *it->opts, step_pool));
+              it->done = true;
+            }
+            return Status();
+          },
+          [](const DetItem& it) { return it.done; }, 1, true, false));
+      boxes = std::move(d.boxes);
+    } else {
+      POWER_ASSIGN_OR_RETURN(boxes, ocr.detect(image, oo, pool));
+    }
+    struct Item {
+      Tensor input;
+      OcrLine result;
+      bool done = false;
+    };
+    std::vector<OcrLine> out;
+    for (const OcrLine& b : boxes) {
+      POWER_ASSIGN_OR_RETURN(Tensor x, ocr.box_input(image, b.box));
+      OcrLine line;
+      if (batched) {
+        Item mine{std::move(x), {}, false};
+        const int width = static_cast<int>(mine.input.shape[3]);
+        POWER_RETURN_IF_ERROR(run_batched(
+            m, &mine, width,
+            [&](std::vector<Item*>& batch, ThreadPool* step_pool) -> Status {
+              std::vector<const Tensor*> xs;
+              for (const Item* it : batch) xs.push_back(&it->input);
+              POWER_ASSIGN_OR_RETURN(std::vector<OcrLine> rs,
+                                     ocr.recognize_lines(xs, m.batch_model.get(), step_pool));
+              for (size_t i = 0; i < batch.size(); ++i) {
+                batch[i]->result = std::move(rs[i]);
+                batch[i]->done = true;
+              }
+              return Status();
+            },
+            [](const Item& it) { return it.done; },
+            static_cast<size_t>(std::max(1, kOcrStackColumns / width)), true));
+        line = std::move(mine.result);
+      } else {
+        POWER_ASSIGN_OR_RETURN(std::vector<OcrLine> rs, ocr.recognize_lines({&x}, nullptr, pool));
+        line = std::move(rs[0]);
+        std::lock_guard<std::mutex> lk(mu);
+        stats[m.id].batch_sizes[1]++;
+      }
+      if (!PaddleOcr::keep(line, oo)) continue;
+      line.box = b.box;
+      out.push_back(std::move(line));
+    }
+    return out;
+  }
+
   std::map<std::string, ServiceStats::PerModel> stats;
   std::map<std::pair<int64_t, int64_t>, uint64_t> det_plans;  // (h, w) -> planned peak
 
@@ -772,6 +933,19 @@ Result<std::unique_ptr<Service>> Service::create(
       measured = rs.peak_bytes;
     }
     m.plan_bytes = static_cast<uint64_t>(std::max(plan.peak_bytes, measured));
+    // Stacked lines, when the stacked recognizer passes its check; a line then reserves the
+    // larger of its solo peak and its share of a batch's (both at the widest line).
+    if (options.ocr_max_batch > 1) {
+      auto stacked = stacked_recognizer(*m.ocr, options.ocr_max_batch, options.threads);
+      if (stacked.ok()) {
+        m.batch_model = std::move(stacked->first);
+        m.max_batch = options.ocr_max_batch;
+        m.plan_bytes = std::max(m.plan_bytes, stacked->second);
+      } else {
+        m.batch_note = stacked.status().message();
+        POWER_LOG_WARN("OCR recognizer '{}' runs unbatched: {}", m.id, m.batch_note);
+      }
+    }
     POWER_RETURN_IF_ERROR(add(std::move(m)));
   }
   runtime::AdmissionLimits limits;
@@ -903,8 +1077,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
   }
   const auto t_decoded = std::chrono::steady_clock::now();
   POWER_RETURN_IF_ERROR(im.reserve(m->id, need, req.deadline));
-  // A batched VAD or classify request takes a slot per step (run_batched); the others hold one
-  // throughout.
+  // A batched request takes a slot per step (run_batched); the others hold one throughout.
   const bool batched = m->max_batch > 1;
   int slot = -1;
   if (!batched) {
@@ -959,7 +1132,7 @@ Result<ExecResult> Service::execute(const ExecRequest& req) {
     }
   } else {
     OcrOptions oo;
-    auto r = m->ocr->run(image, oo, pool);
+    auto r = im.ocr_lines(*m, image, oo, pool);
     if (r.ok()) {
       out.result = ocr_json(*r);
     } else {

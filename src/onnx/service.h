@@ -20,6 +20,12 @@
 // LoadOptions::batch_inputs. That stacked model is checked at load: at batch sizes 2-16, the
 // powers of two and max_batch, every image of a batch of distinct images must get the bits of
 // its solo run, else the classifier runs unbatched (ServiceModelInfo::batch_note says why).
+// With ocr_max_batch > 1 (off by default: on a CPU it does not pay, docs/ONNX.md "OCR lines"),
+// an OCR request's detection is a one-item step in the same queue, then each of its lines in
+// turn is an item stacked with the ready lines of other requests that have the same padded
+// width (every line narrower than 320 px is padded to 320), at most 4 x 320 px of lines per
+// run, on the recognizer loaded with batch_inputs and checked at load the same way (random
+// lines 320 and 416 px wide).
 // An item's reservation covers its share of a full batch's peak (measured at load).
 // Receipts: power.receipt.v1 with model.format "onnx" (docs/RECEIPTS.md "ONNX executions"):
 // model files' SHA-256, configuration, device, input digest (the exact request bytes) and
@@ -59,7 +65,9 @@ struct ServiceOptions {
   int threads = 1;            // compute threads per execution
   int max_batch = 32;         // VAD windows or classify images of concurrent requests stacked
                               // into one execution (1: each request runs alone)
-  int batch_wait_us = 0;      // with max_batch > 1: how long a run short of max_batch items
+  int ocr_max_batch = 1;      // OCR lines of concurrent requests stacked into one recognizer
+                              // run (1: each line alone; see "Microbatching" above)
+  int batch_wait_us = 0;      // with max_batch > 1: how long a run short of a full batch
                               // waits, from when its oldest item became ready, for more
   uint64_t max_input_bytes = 64ull << 20;
   std::string keys_dir;  // receipt key; empty: SigningKey::default_dir()
@@ -71,8 +79,8 @@ struct ServiceOptions {
 
 // A config-file key of `power serve` for these options ("vad_model", "classify_model",
 // "ocr_det", "ocr_rec", "ocr_keys", "ocr_id", "onnx_max_running", "onnx_max_waiting",
-// "onnx_budget_bytes", "onnx_threads", "onnx_max_batch", "onnx_batch_wait_us"); *handled false
-// when the key is not one of them.
+// "onnx_budget_bytes", "onnx_threads", "onnx_max_batch", "onnx_ocr_max_batch",
+// "onnx_batch_wait_us"); *handled false when the key is not one of them.
 Status apply_config_key(const std::string& key, const nlohmann::json& value, ServiceOptions* o,
                         bool* handled);
 
@@ -98,7 +106,7 @@ struct ServiceModelInfo {
   std::vector<std::string> files;  // paths
   int64_t weight_bytes = 0;
   int max_batch = 1;       // the most requests' items one run stacks (1: unbatched)
-  std::string batch_note;  // a classifier's reason for running unbatched
+  std::string batch_note;  // why a classifier or the OCR recognizer runs unbatched
 };
 
 struct ServiceStats {
@@ -107,8 +115,8 @@ struct ServiceStats {
     uint64_t failures = 0;    // admitted, then failed (bad input found while running)
     std::map<std::string, uint64_t> rejections;  // "does_not_fit", "queue_full", "deadline",
                                                  // "invalid_input"
-    // VAD, classify: model runs by the number of windows or images they stacked (1 when an
-    // item ran alone).
+    // Model runs by the number of VAD windows, classify images or OCR lines (recognizer runs)
+    // they stacked (1 when an item ran alone).
     std::map<int, uint64_t> batch_sizes;
   };
   std::map<std::string, PerModel> models;

@@ -184,19 +184,18 @@ std::string onnx_metrics_text(const onnx::Service& service) {
     }
   }
   out +=
-      "# HELP power_onnx_max_batch The most VAD windows or classify images one model run "
-      "stacks (1: unbatched).\n"
+      "# HELP power_onnx_max_batch The most VAD windows, classify images or OCR lines one model "
+      "run stacks (1: unbatched).\n"
       "# TYPE power_onnx_max_batch gauge\n";
   for (const auto& m : service.models()) {
-    if (m.task == onnx::Task::kOcr) continue;
     out += fmt::format("power_onnx_max_batch{{model=\"{}\"}} {}\n", label(m.id), m.max_batch);
   }
   out +=
-      "# HELP power_onnx_batch_size VAD windows or classify images per model run (concurrent "
-      "requests' items are stacked; 1 when an item ran alone).\n"
+      "# HELP power_onnx_batch_size VAD windows, classify images or OCR lines (recognizer "
+      "runs) per model run (concurrent requests' items are stacked; 1 when an item ran "
+      "alone).\n"
       "# TYPE power_onnx_batch_size histogram\n";
   for (const auto& [id, pm] : st.models) {
-    if (task_of(id) == "ocr") continue;
     uint64_t count = 0, sum = 0;
     for (const auto& [size, n] : pm.batch_sizes) {
       count += n;

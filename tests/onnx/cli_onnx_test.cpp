@@ -97,18 +97,21 @@ TEST(CliOnnx, BadInputsAreCleanErrors) {
   EXPECT_NE(r3.err.find("Silero"), std::string::npos) << r3.err;
 }
 
-// `power serve --onnx-max-batch` (docs/SERVER.md "ONNX models") takes 1 to 1024 and
-// `--onnx-batch-wait-us` 0 to 1,000,000; the batching itself is checked over HTTP in
-// onnx_http_test.
+// `power serve --onnx-max-batch` and `--onnx-ocr-max-batch` (docs/SERVER.md "ONNX models")
+// take 1 to 1024 and `--onnx-batch-wait-us` 0 to 1,000,000; the batching itself is checked over
+// HTTP in onnx_http_test.
 TEST(CliOnnx, ServeMaxBatchFlagIsChecked) {
   auto help = run_power({"serve", "--help"});
   EXPECT_EQ(help.exit_code, 0) << help.err;
   EXPECT_NE(help.out.find("--onnx-max-batch"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--onnx-batch-wait-us"), std::string::npos) << help.out;
-  for (const char* bad : {"0", "1025", "many"}) {
-    auto r = run_power({"serve", "--onnx-max-batch", bad});
-    EXPECT_NE(r.exit_code, 0) << bad;
-    EXPECT_NE((r.err + r.out).find("--onnx-max-batch"), std::string::npos) << r.err << r.out;
+  EXPECT_NE(help.out.find("--onnx-ocr-max-batch"), std::string::npos) << help.out;
+  for (const char* flag : {"--onnx-max-batch", "--onnx-ocr-max-batch"}) {
+    for (const char* bad : {"0", "1025", "many"}) {
+      auto r = run_power({"serve", flag, bad});
+      EXPECT_NE(r.exit_code, 0) << flag << " " << bad;
+      EXPECT_NE((r.err + r.out).find(flag), std::string::npos) << r.err << r.out;
+    }
   }
   for (const char* bad : {"-1", "1000001", "soon"}) {
     auto r = run_power({"serve", "--onnx-batch-wait-us", bad});

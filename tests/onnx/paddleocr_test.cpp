@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
+#include "base/thread_pool.h"
 #include "onnx/media.h"
 #include "onnx/models/paddleocr.h"
 #include "onnx_test_util.h"
@@ -116,6 +120,99 @@ TEST_F(OnnxPaddleOcrPage, TallLinesAreTurnedUpright) {
     const std::string text = normalize_lines(l.text);
     EXPECT_GE(text.size(), 10u) << text;
     EXPECT_NE(ref.find(text), std::string::npos) << "'" << text << "' is not in the gold text";
+  }
+}
+
+// Stacked recognizer runs (the server's OCR microbatching, service.h): lines of one width run as
+// one [B, 3, 48, W] batch on the recognizer loaded for stacked inputs, and each must get the text
+// and score bits it gets alone. The lines: pieces of phototest.tif's lines 4 heights wide (so
+// narrower than 320 px at height 48: all padded to W = 320), stacked 2 to 16 at a time with
+// the members changing from size to size; and each whole line stacked with its own mirror image
+// (the same width, other content). One and two threads. The class scores of the widest batch
+// are compared too, not only the decoded text.
+TEST_F(OnnxPaddleOcrPage, StackedLinesGetTheirSoloBits) {
+  auto stacked = ocr->load_stacked_recognizer();
+  ASSERT_TRUE(stacked.ok()) << stacked.status().to_string();
+  auto boxes = ocr->detect(*img);
+  ASSERT_TRUE(boxes.ok()) << boxes.status().to_string();
+  ASSERT_EQ(boxes->size(), 8u);
+  std::vector<Tensor> pieces, whole;
+  for (const auto& b : *boxes) {
+    float x0 = b.box[0][0], x1 = b.box[0][0], y0 = b.box[0][1], y1 = b.box[0][1];
+    for (const auto& p : b.box) {
+      x0 = std::min(x0, p[0]);
+      x1 = std::max(x1, p[0]);
+      y0 = std::min(y0, p[1]);
+      y1 = std::max(y1, p[1]);
+    }
+    const float h = y1 - y0;
+    for (float x = x0; x + 4 * h <= x1 && pieces.size() < 16; x += 4 * h) {
+      auto t = ocr->box_input(*img, {{{x, y0}, {x + 4 * h, y0}, {x + 4 * h, y1}, {x, y1}}});
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      ASSERT_EQ(t->shape[3], 320);
+      pieces.push_back(std::move(*t));
+    }
+    auto t = ocr->box_input(*img, b.box);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    ASSERT_GT(t->shape[3], 320);
+    whole.push_back(std::move(*t));
+  }
+  ASSERT_EQ(pieces.size(), 16u);
+  ThreadPool two(2);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+    std::map<const Tensor*, OcrLine> alone;
+    auto solo = [&](const Tensor& x) {
+      if (auto it = alone.find(&x); it != alone.end()) return it->second;
+      auto r = ocr->recognize_lines({&x}, nullptr, pool);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      return alone[&x] = r.ok() ? (*r)[0] : OcrLine{};
+    };
+    auto expect_solo_bits = [&](const std::vector<const Tensor*>& batch) {
+      auto rs = ocr->recognize_lines(batch, stacked->get(), pool);
+      ASSERT_TRUE(rs.ok()) << rs.status().to_string();
+      ASSERT_EQ(rs->size(), batch.size());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const OcrLine want = solo(*batch[i]);
+        EXPECT_EQ((*rs)[i].text, want.text) << "batch of " << batch.size() << ", line " << i;
+        EXPECT_EQ(std::memcmp(&(*rs)[i].score, &want.score, sizeof(float)), 0)
+            << "batch of " << batch.size() << ", line " << i << ": " << (*rs)[i].score << " vs "
+            << want.score;
+      }
+    };
+    std::set<std::string> texts;
+    for (size_t b = 2; b <= pieces.size(); ++b) {
+      std::vector<const Tensor*> batch;
+      for (size_t i = 0; i < b; ++i) batch.push_back(&pieces[(b * 3 + i) % pieces.size()]);
+      expect_solo_bits(batch);
+    }
+    for (const Tensor& p : pieces) texts.insert(solo(p).text);
+    EXPECT_GE(texts.size(), 12u);  // the pieces read differently
+    for (const Tensor& x : whole) {
+      const int64_t W = x.shape[3];
+      auto mirror = make_tensor_uninit(DType::kF32, x.shape);
+      ASSERT_TRUE(mirror.ok());
+      for (int64_t r = 0; r < 3 * 48; ++r)
+        for (int64_t i = 0; i < W; ++i)
+          mirror->mutable_data<float>()[r * W + i] = x.data<float>()[r * W + W - 1 - i];
+      expect_solo_bits({&x, &*mirror});
+      alone.erase(&*mirror);  // the next mirror may get the same address
+    }
+  }
+  // The class scores themselves: all 16 pieces stacked against each piece alone.
+  std::vector<float> all;
+  for (const Tensor& p : pieces)
+    all.insert(all.end(), p.data<float>(), p.data<float>() + p.numel());
+  auto out = (*stacked)->run({make_f32({16, 3, 48, 320}, std::move(all))});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    auto one = ocr->rec_model().run({pieces[i]});
+    ASSERT_TRUE(one.ok());
+    const int64_t per = (*one)[0].numel();
+    ASSERT_EQ((*out)[0].numel(), per * 16);
+    EXPECT_EQ(std::memcmp((*out)[0].data<float>() + static_cast<int64_t>(i) * per,
+                          (*one)[0].data<float>(), static_cast<size_t>(per) * sizeof(float)),
+              0)
+        << "piece " << i;
   }
 }
 

@@ -5,10 +5,12 @@
 // /metrics counters and the signed receipts (checked with receipt::verify_receipt).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -643,6 +645,112 @@ TEST(OnnxHttp, ConcurrentClassifyRequestsAreBatchedWithTheirSoloAnswers) {
               static_cast<unsigned long long>(runs));
 }
 
+// `count` small RGB images (binary PPM) cut from phototest.tif: around pieces of its lines 4
+// line heights wide, with half a height of margin, so every line the detector finds in them is
+// narrower than 320 px at the recognizer's height of 48 and is padded to 320. Different pieces,
+// the same width: the lines of concurrent requests can stack.
+std::vector<std::string> ocr_tiles(size_t count) {
+  std::vector<std::string> out;
+  auto page = onnx::load_image(shared_dir() + "/models/ocr/phototest.tif", 3);
+  auto ocr = onnx::PaddleOcr::load(ocr_asset("ch_PP-OCRv4_det_infer.onnx"),
+                                   ocr_asset("ch_PP-OCRv4_rec_infer.onnx"),
+                                   ocr_asset("ppocr_keys_v1.txt"));
+  EXPECT_TRUE(page.ok() && ocr.ok());
+  if (!page.ok() || !ocr.ok()) return out;
+  auto boxes = ocr->detect(*page);
+  EXPECT_TRUE(boxes.ok());
+  if (!boxes.ok()) return out;
+  for (const auto& b : *boxes) {
+    float x0 = b.box[0][0], x1 = x0, y0 = b.box[0][1], y1 = y0;
+    for (const auto& p : b.box) {
+      x0 = std::min(x0, p[0]);
+      x1 = std::max(x1, p[0]);
+      y0 = std::min(y0, p[1]);
+      y1 = std::max(y1, p[1]);
+    }
+    const int h = static_cast<int>(y1 - y0);
+    for (int x = static_cast<int>(x0); x + 4 * h <= static_cast<int>(x1) && out.size() < count;
+         x += 4 * h) {
+      const int tx = std::max(0, x - h / 2), ty = std::max(0, static_cast<int>(y0) - h / 2);
+      const int tw = std::min(5 * h, page->width - tx), th = std::min(2 * h, page->height - ty);
+      std::string ppm = "P6\n" + std::to_string(tw) + " " + std::to_string(th) + "\n255\n";
+      for (int y = ty; y < ty + th; ++y)
+        ppm.append(reinterpret_cast<const char*>(page->data.data()) +
+                       (static_cast<size_t>(y) * page->width + tx) * 3,
+                   static_cast<size_t>(tw) * 3);
+      out.push_back(std::move(ppm));
+    }
+  }
+  return out;
+}
+
+// With --onnx-ocr-max-batch (off by default), concurrent OCR requests have their lines stacked
+// into shared recognizer runs (lines of one padded width, at most 4 x 320 columns, on the
+// recognizer loaded for stacked inputs and checked at load), and each gets the body it gets
+// from a server that runs every line alone, byte for byte. One compute slot and a batch wait of 1 s
+// let the lines meet; /metrics counts the recognizer runs by the lines they stacked.
+TEST(OnnxHttp, ConcurrentOcrRequestsAreBatchedWithTheirSoloAnswers) {
+  REQUIRE_MODELS();
+  const std::vector<std::string> tiles = ocr_tiles(16);
+  ASSERT_EQ(tiles.size(), 16u);
+  auto ocr_options = [] {
+    ServerOptions o = onnx_options(temp_keys_dir());
+    o.onnx.vad_models.clear();
+    o.onnx.classify_models.clear();
+    o.onnx.ocr_det = ocr_asset("ch_PP-OCRv4_det_infer.onnx");
+    o.onnx.ocr_rec = ocr_asset("ch_PP-OCRv4_rec_infer.onnx");
+    o.onnx.ocr_keys = ocr_asset("ppocr_keys_v1.txt");
+    return o;
+  };
+  const std::string series = "power_onnx_batch_size_bucket{model=\"paddleocr\",le=";
+  std::vector<std::string> solo(tiles.size());
+  std::set<std::string> texts;
+  uint64_t lines = 0;
+  {
+    ServerOptions o = ocr_options();  // --onnx-ocr-max-batch's default: 1
+    InProcessServer srv;
+    ASSERT_TRUE(srv.start(o).ok());
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      RawReply r = post_bytes(srv.port(), "/v1/ocr", tiles[i], "image/x-portable-pixmap");
+      ASSERT_EQ(r.status, 200) << r.body;
+      solo[i] = r.body;
+      const json body = json::parse(r.body);
+      for (const auto& l : body["lines"]) texts.insert(l["text"].get<std::string>());
+    }
+    const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+    EXPECT_EQ(metric(m, "power_onnx_max_batch{model=\"paddleocr\"}"), 1u);
+    lines = metric(m, "power_onnx_batch_size_count{model=\"paddleocr\"}");
+    EXPECT_EQ(metric(m, series + "\"1\"}"), lines);  // every line alone
+  }
+  EXPECT_GE(lines, tiles.size());  // each tile has a line
+  EXPECT_GE(texts.size(), 12u);    // and they read differently
+  ServerOptions o = ocr_options();
+  o.onnx.max_running = 1;
+  o.onnx.batch_wait_us = 1000000;
+  ASSERT_TRUE(apply_config_json(json{{"onnx_ocr_max_batch", 32}}, &o).ok());
+  ASSERT_EQ(o.onnx.ocr_max_batch, 32);
+  InProcessServer srv;
+  ASSERT_TRUE(srv.start(o).ok());
+  const std::vector<RawReply> got =
+      post_together(srv.port(), "/v1/ocr", tiles, "image/x-portable-pixmap");
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    ASSERT_EQ(got[i].status, 200) << "request " << i << ": " << got[i].head << got[i].body;
+    EXPECT_EQ(got[i].body, solo[i]) << "request " << i;
+  }
+  const std::string m = http_test::get_raw(srv.port(), "/metrics").body;
+  const uint64_t runs = metric(m, series + "\"+Inf\"}");
+  EXPECT_EQ(metric(m, "power_onnx_max_batch{model=\"paddleocr\"}"), 32u);
+  EXPECT_EQ(metric(m, "power_onnx_batch_size_sum{model=\"paddleocr\"}"), lines);  // each once
+  EXPECT_LT(metric(m, series + "\"1\"}"), runs);  // some runs stacked several lines
+  EXPECT_LT(runs, lines);
+  // None more than 4 lines: a stacked run takes at most 4 x 320 columns (service.cpp).
+  EXPECT_EQ(metric(m, series + "\"4\"}"), runs);
+  EXPECT_EQ(metric(m, "power_onnx_running"), 0u);
+  EXPECT_EQ(metric(m, "power_onnx_reserved_bytes"), 0u);
+  std::printf("16 concurrent OCR requests: %llu lines in %llu recognizer runs\n",
+              static_cast<unsigned long long>(lines), static_cast<unsigned long long>(runs));
+}
+
 // With one compute slot, a batched VAD request gives the slot up between windows: a classify
 // request sent while a long VAD request runs is answered before the VAD request ends.
 TEST(OnnxHttp, BatchedVadGivesWayBetweenWindows) {
@@ -683,12 +791,15 @@ TEST(OnnxHttp, ConfigKeysAndModelList) {
   EXPECT_EQ(o.onnx.threads, 2);
   EXPECT_FALSE(apply_config_json(json{{"onnx_max_running", "two"}}, &o).ok());
   EXPECT_FALSE(apply_config_json(json{{"onnx_nonsense", 1}}, &o).ok());
-  for (const json& bad_batch : {json(0), json(1025), json("8"), json(2.5)}) {
-    auto st = apply_config_json(json{{"onnx_max_batch", bad_batch}}, &o);
-    EXPECT_FALSE(st.ok()) << bad_batch;
-    if (!st.ok()) EXPECT_NE(st.message().find("onnx_max_batch"), std::string::npos);
+  for (const char* key : {"onnx_max_batch", "onnx_ocr_max_batch"}) {
+    for (const json& bad_batch : {json(0), json(1025), json("8"), json(2.5)}) {
+      auto st = apply_config_json(json{{key, bad_batch}}, &o);
+      EXPECT_FALSE(st.ok()) << key << " " << bad_batch;
+      if (!st.ok()) EXPECT_NE(st.message().find(key), std::string::npos) << st.message();
+    }
   }
   EXPECT_EQ(o.onnx.max_batch, 32);
+  EXPECT_EQ(o.onnx.ocr_max_batch, 1);
   o.onnx.keys_dir = temp_keys_dir();
   InProcessServer srv;
   ASSERT_TRUE(srv.start(o).ok());

@@ -230,6 +230,7 @@ Result<PaddleOcr> PaddleOcr::load(const std::string& det_path, const std::string
     }
   }
   POWER_ASSIGN_OR_RETURN(ocr.rec_, Model::load_file(rec_path, options));
+  ocr.rec_path_ = rec_path;
   if (ocr.rec_->graph().inputs.size() != 1 || ocr.rec_->graph().outputs.size() != 1) {
     return make_error(StatusCode::kInvalidArgument,
                       "recognition model must have one input and one output");
@@ -281,14 +282,53 @@ Result<OcrLine> PaddleOcr::recognize_h48(const Image& img, ThreadPool* pool) con
 }
 
 Result<OcrLine> PaddleOcr::recognize_input(const Tensor& x, ThreadPool* pool) const {
-  const int64_t W = x.shape[3];
-  POWER_ASSIGN_OR_RETURN(auto out, rec_->run({x}, pool));
+  POWER_ASSIGN_OR_RETURN(std::vector<OcrLine> lines, recognize_lines({&x}, nullptr, pool));
+  return std::move(lines[0]);
+}
+
+Result<std::vector<OcrLine>> PaddleOcr::recognize_lines(const std::vector<const Tensor*>& inputs,
+                                                        const Model* stacked,
+                                                        ThreadPool* pool) const {
+  const auto B = static_cast<int64_t>(inputs.size());
+  if (B == 0) return std::vector<OcrLine>();
+  const int64_t W = inputs[0]->shape[3];
+  for (const Tensor* x : inputs) {
+    if (x->dtype != DType::kF32 || x->rank() != 4 || x->shape[0] != 1 || x->shape[1] != 3 ||
+        x->shape[2] != 48 || x->shape[3] != W) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "stacked recognizer inputs must be [1, 3, 48, {}], got {}", W,
+                        shape_str(x->shape));
+    }
+  }
+  if (B > 1 && stacked == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "{} lines need the stacked recognizer", B);
+  }
+  std::vector<Tensor> out;
+  if (B == 1) {
+    POWER_ASSIGN_OR_RETURN(out, rec_->run({*inputs[0]}, pool));
+  } else {
+    const size_t line = static_cast<size_t>(3 * 48 * W);
+    POWER_ASSIGN_OR_RETURN(Tensor x, make_tensor_uninit(DType::kF32, {B, 3, 48, W}));
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(inputs[static_cast<size_t>(b)]->data<float>(), line,
+                  x.mutable_data<float>() + static_cast<size_t>(b) * line);
+    POWER_ASSIGN_OR_RETURN(out, stacked->run({x}, pool));
+  }
   const Tensor& p = out[0];
-  if (p.dtype != DType::kF32 || p.rank() != 3 || p.shape[0] != 1) {
+  if (p.dtype != DType::kF32 || p.rank() != 3 || p.shape[0] != B) {
     return make_error(StatusCode::kInvalidArgument, "recognizer output has shape {}",
                       shape_str(p.shape));
   }
-  int64_t T = p.shape[1], C = p.shape[2];
+  const int64_t T = p.shape[1], C = p.shape[2];
+  std::vector<OcrLine> lines;
+  for (int64_t b = 0; b < B; ++b) {
+    POWER_ASSIGN_OR_RETURN(OcrLine l, decode(p.data<float>() + b * T * C, T, C, W));
+    lines.push_back(std::move(l));
+  }
+  return lines;
+}
+
+Result<OcrLine> PaddleOcr::decode(const float* scores, int64_t T, int64_t C, int64_t W) const {
   if (C != static_cast<int64_t>(keys_.size()) + 1) {
     return make_error(StatusCode::kInvalidArgument,
                       "recognizer has {} classes but the character list {} (+ blank)", C,
@@ -299,7 +339,7 @@ Result<OcrLine> PaddleOcr::recognize_input(const Tensor& x, ThreadPool* pool) co
   double score = 0;
   int kept = 0;
   for (int64_t t = 0; t < T; ++t) {
-    const float* row = p.data<float>() + t * C;
+    const float* row = scores + t * C;
     int64_t best = std::max_element(row, row + C) - row;
     if (best != 0 && best != prev) {
       line.text += keys_[static_cast<size_t>(best - 1)];
@@ -313,7 +353,13 @@ Result<OcrLine> PaddleOcr::recognize_input(const Tensor& x, ThreadPool* pool) co
   return line;
 }
 
-Result<OcrLine> PaddleOcr::recognize(const Image& src, ThreadPool* pool) const {
+Result<std::shared_ptr<const Model>> PaddleOcr::load_stacked_recognizer() const {
+  LoadOptions lo;
+  lo.batch_inputs = true;
+  return Model::load_file(rec_path_, lo);
+}
+
+Result<Tensor> PaddleOcr::line_input(const Image& src) const {
   Image storage;
   const Image& img = as_rgb(src, storage);
   if (img.width <= 0 || img.height <= 0)
@@ -337,6 +383,11 @@ Result<OcrLine> PaddleOcr::recognize(const Image& src, ThreadPool* pool) const {
   resize_bilinear_each(img, w, 48, [&](int y, int i, int k, uint8_t v) {
     px[(static_cast<size_t>(2 - k) * 48 + y) * W + i] = value[v];
   });
+  return x;
+}
+
+Result<OcrLine> PaddleOcr::recognize(const Image& src, ThreadPool* pool) const {
+  POWER_ASSIGN_OR_RETURN(Tensor x, line_input(src));
   return recognize_input(x, pool);
 }
 
@@ -484,6 +535,14 @@ Result<std::vector<OcrLine>> PaddleOcr::detect(const Image& src, const OcrOption
   return lines;
 }
 
+Result<Tensor> PaddleOcr::box_input(const Image& rgb,
+                                    const std::array<std::array<float, 2>, 4>& box) const {
+  if (rgb.channels != 3) return make_error(StatusCode::kInvalidArgument, "box_input needs RGB");
+  std::array<Pt, 4> q;
+  for (int k = 0; k < 4; ++k) q[k] = {box[k][0], box[k][1]};
+  return line_input(crop_quad(rgb, q));
+}
+
 Result<std::vector<OcrLine>> PaddleOcr::run(const Image& src, const OcrOptions& opt,
                                             ThreadPool* pool) const {
   // Between the stages nothing is copied but the crops: the detector's input is written from
@@ -494,11 +553,9 @@ Result<std::vector<OcrLine>> PaddleOcr::run(const Image& src, const OcrOptions& 
   POWER_ASSIGN_OR_RETURN(auto boxes, detect(img, opt, pool));
   std::vector<OcrLine> out;
   for (const auto& b : boxes) {
-    std::array<Pt, 4> q;
-    for (int k = 0; k < 4; ++k) q[k] = {b.box[k][0], b.box[k][1]};
-    Image crop = crop_quad(img, q);
-    POWER_ASSIGN_OR_RETURN(OcrLine line, recognize(crop, pool));
-    if (line.score < opt.drop_score || line.text.empty()) continue;
+    POWER_ASSIGN_OR_RETURN(Tensor x, box_input(img, b.box));
+    POWER_ASSIGN_OR_RETURN(OcrLine line, recognize_input(x, pool));
+    if (!keep(line, opt)) continue;
     line.box = b.box;
     out.push_back(std::move(line));
   }

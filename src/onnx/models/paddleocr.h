@@ -51,15 +51,38 @@ class PaddleOcr {
   Result<std::vector<OcrLine>> detect(const Image& rgb, const OcrOptions& opt = {},
                                       ThreadPool* pool = nullptr) const;
 
+  // The stages of run() for callers that recognize the lines themselves (the server stacks the
+  // lines of concurrent requests): after detect(), the recognizer's input [1, 3, 48, W] for one
+  // detected box of the same RGB image (W >= 320: narrower lines are padded, so they share
+  // W = 320).
+  Result<Tensor> box_input(const Image& rgb, const std::array<std::array<float, 2>, 4>& box) const;
+  // Recognizes lines of one width as one [B, 3, 48, W] run of `stacked` (the recognizer
+  // loaded with LoadOptions::batch_inputs; a single line runs on the recognizer as loaded) and
+  // decodes each; a line's result is box-less (its input's rectangle) as from recognize().
+  Result<std::vector<OcrLine>> recognize_lines(const std::vector<const Tensor*>& inputs,
+                                               const Model* stacked,
+                                               ThreadPool* pool = nullptr) const;
+  // The same recognizer loaded for stacked lines (LoadOptions::batch_inputs).
+  Result<std::shared_ptr<const Model>> load_stacked_recognizer() const;
+  // True when run() keeps `line`: it has text and its score is not below opt.drop_score.
+  static bool keep(const OcrLine& line, const OcrOptions& opt) {
+    return !(line.score < opt.drop_score) && !line.text.empty();
+  }
+
   const Model* det_model() const { return det_.get(); }
   const Model& rec_model() const { return *rec_; }
 
  private:
   // Runs the recognizer on its input [1, 3, 48, W] and decodes the classes (greedy CTC).
   Result<OcrLine> recognize_input(const Tensor& x, ThreadPool* pool) const;
+  // The recognizer's input of a line image (any height; resized to 48, padded to 320).
+  Result<Tensor> line_input(const Image& rgb) const;
+  // Greedy CTC over rows [0, T) of one line's class scores [T, C].
+  Result<OcrLine> decode(const float* scores, int64_t T, int64_t C, int64_t W) const;
 
   std::shared_ptr<const Model> det_;
   std::shared_ptr<const Model> rec_;
+  std::string rec_path_;
   std::vector<std::string> keys_;  // index 1.. of the classifier; the last class is ' '
 };
 
