@@ -292,28 +292,22 @@ Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_classifier(
 }
 
 // The OCR recognizer loaded for stacked lines, checked like stacked_classifier: distinct
-// pseudo-random lines at the padded width every short line gets (320) and at a wider one, in
-// batches of 2 to 5, 8 and max_batch (320 only) whose members change from size to size, must
-// each get the bits of their solo run. Returns the stacked model and the per-line share of a
-// batch's peak at the widest line (2 lines of kRecMaxWidth, measured: the recognizer's plan
-// leaves shapes unknown; every intermediate carries the batch dimension, so a batch's peak grows
-// about linearly with its lines).
-Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_recognizer(const PaddleOcr& ocr,
-                                                                             int max_batch,
-                                                                             int threads) {
+// pseudo-random lines 320 px wide (the padded width every short line gets) and 416 px wide, in
+// every batch size a run can have at that width (2 up to kOcrStackColumns / width and
+// max_batch), members changing from size to size, must each get the class scores of their solo
+// run, bit for bit.
+Result<std::shared_ptr<const Model>> stacked_recognizer(const PaddleOcr& ocr, int max_batch,
+                                                        int threads) {
   POWER_ASSIGN_OR_RETURN(std::shared_ptr<const Model> stacked, ocr.load_stacked_recognizer());
   std::unique_ptr<ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
   uint32_t seed = 0x85ebca6bu;
   for (const int64_t W : {int64_t{320}, int64_t{416}}) {
     std::vector<int> sizes;
-    for (int b = 2; b <= std::min(max_batch, W == 320 ? 5 : 3); ++b) sizes.push_back(b);
-    if (W == 320) {
-      if (max_batch >= 8) sizes.push_back(8);
-      if (max_batch > 8) sizes.push_back(max_batch);
-    }
+    for (int b = 2; b <= std::min<int64_t>(max_batch, kOcrStackColumns / W); ++b)
+      sizes.push_back(b);
     if (sizes.empty()) continue;
-    const int n = *std::max_element(sizes.begin(), sizes.end());
+    const int n = sizes.back();
     std::vector<std::vector<float>> lines;
     std::vector<Tensor> alone;  // each line's class scores [1, T, C] from the recognizer as loaded
     for (int i = 0; i < n; ++i) {
@@ -349,14 +343,7 @@ Result<std::pair<std::shared_ptr<const Model>, uint64_t>> stacked_recognizer(con
       }
     }
   }
-  RunStats rs;
-  POWER_ASSIGN_OR_RETURN(
-      auto out,
-      stacked->run({make_f32({2, 3, 48, kRecMaxWidth},
-                             std::vector<float>(size_t{2} * 3 * 48 * kRecMaxWidth, 0.0f))},
-                   nullptr, &rs));
-  (void)out;
-  return std::make_pair(std::move(stacked), (static_cast<uint64_t>(rs.peak_bytes) + 1) / 2);
+  return stacked;
 }
 
 }  // namespace
@@ -933,14 +920,15 @@ Result<std::unique_ptr<Service>> Service::create(
       measured = rs.peak_bytes;
     }
     m.plan_bytes = static_cast<uint64_t>(std::max(plan.peak_bytes, measured));
-    // Stacked lines, when the stacked recognizer passes its check; a line then reserves the
-    // larger of its solo peak and its share of a batch's (both at the widest line).
+    // Stacked lines, when the stacked recognizer passes its check. A stack holds at most
+    // kOcrStackColumns (1,280) columns of lines, and every request in it has reserved the peak
+    // of one line of kRecMaxWidth (3,072) columns: more than any whole stack needs (PP-OCRv4
+    // rec, measured: 8.5 MB for 4 x 320 or 2 x 640 columns, 20.4 MB for one line of 3,072).
     if (options.ocr_max_batch > 1) {
       auto stacked = stacked_recognizer(*m.ocr, options.ocr_max_batch, options.threads);
       if (stacked.ok()) {
-        m.batch_model = std::move(stacked->first);
+        m.batch_model = std::move(*stacked);
         m.max_batch = options.ocr_max_batch;
-        m.plan_bytes = std::max(m.plan_bytes, stacked->second);
       } else {
         m.batch_note = stacked.status().message();
         POWER_LOG_WARN("OCR recognizer '{}' runs unbatched: {}", m.id, m.batch_note);
