@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -95,7 +96,9 @@ TEST_F(CliAbTest, AaIsNeverSelected) {
   // four, CI still saw one seed in ten selected (order medians 1.13 / 1.11, every round of the
   // A/B phase 8 % or more in the candidate's favour, A/A floor 0.024): each instance was
   // reloaded right after its own release, took back the same memory and kept its bias in every
-  // round. Now both are freed first and a seeded coin picks which loads first.
+  // round. Now both are freed first and which loads first is counterbalanced (each instance in
+  // two of the four rounds, in a seeded order): with a coin per round, CI saw seed 4 selected
+  // (its candidate loaded first in 3 of 4 A/B rounds; order medians 1.045 / 1.044).
   for (int seed = 1; seed <= 10; ++seed) {
     const std::string out = "aa" + std::to_string(seed) + ".json";
     auto r = ab({"--baseline", path("t1.json"), "--candidate", path("t1.json"), "--workload",
@@ -109,12 +112,21 @@ TEST_F(CliAbTest, AaIsNeverSelected) {
       const json e = evidence(out);
       EXPECT_EQ(e["decision"]["result"], "baseline-retained");
       EXPECT_EQ(e["runs"].size(), 2u * 4 * 4);  // A/A and A/B phases, 4 rounds, 4 runs each
-      // Every round records which instance loaded first, and that both ran once untimed
-      // after loading (--cache warm, the default).
+      // Every round records which instance loaded first, each instance loads first in two
+      // of a phase's four rounds, and both ran once untimed after loading (--cache warm, the
+      // default).
+      std::map<std::string, std::map<int64_t, std::string>> first_by_round;  // phase -> round
       for (const auto& run : e["runs"]) {
         const std::string first = run["reload"]["loaded_first"].get<std::string>();
         EXPECT_TRUE(first == "A" || first == "B") << first;
         EXPECT_TRUE(run["reload"]["warmed_up"].get<bool>());
+        first_by_round[run["phase"].get<std::string>()][run["round"].get<int64_t>()] = first;
+      }
+      for (const auto& [phase, rounds] : first_by_round) {
+        ASSERT_EQ(rounds.size(), 4u) << phase;
+        int a_first = 0;
+        for (const auto& [round, first] : rounds) a_first += first == "A";
+        EXPECT_EQ(a_first, 2) << phase;
       }
       EXPECT_TRUE(e["derived"]["output"]["same_logits"].get<bool>());
       auto v = run_power({"ab", "verify", path(out)});

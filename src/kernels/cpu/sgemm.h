@@ -70,9 +70,10 @@ struct TileEpilogue {
 
 // C[M,N] (+)= A[M,K] * B[K,N] (row-major, leading dims given; A stored [K,M] with trans_a, B
 // stored [N,K] with trans_b); accumulate adds to C, else C is overwritten. Split over `pool`
-// (may be null) above about 1 Mi multiply-adds. A row's bits do not depend on M: rows take the
-// tiles for any M, except that with trans_b and M <= 4, and with N <= 8, every output is one
-// dot_f32_cols dot product (kernels/cpu/ops.h).
+// (may be null) above kSgemmMinParallelWork multiply-adds; the split never changes the bits.
+// Paths: with trans_b (not trans_a) and M <= 4, every output is a dot_f32 (gemm_nt_rows); with
+// N <= kSgemmDotColumns (not trans_a, not accumulate), a dot_f32_cols dot product
+// (gemm_dot_columns); otherwise the tiles, whose chain for an element does not depend on M.
 void sgemm(ThreadPool* pool, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            bool trans_a, const float* B, int64_t ldb, bool trans_b, float* C, int64_t ldc,
            bool accumulate);
